@@ -1,0 +1,132 @@
+"""Generate the WindowsRuntimeProfile CRD from the pydantic model.
+
+Pydantic emits JSON Schema (``$ref``, ``anyOf`` with null, titles, defaults); Kubernetes
+wants a structural OpenAPI v3 schema (every node typed, no refs, properties and
+additionalProperties never together). This module translates one into the other, so the
+model stays the single source of truth and ``crds/`` is never edited by hand.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from wcow_operator.api import v1alpha1
+
+_DROP = {"title", "default", "$defs", "propertyNames"}
+
+PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Isolation", "type": "string", "jsonPath": ".spec.isolation"},
+    {"name": "Build", "type": "string", "jsonPath": ".spec.windowsBuild"},
+    {"name": "Handler", "type": "string", "jsonPath": ".status.handler"},
+    {
+        "name": "Ready",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+    },
+    {
+        "name": "Ready Nodes",
+        "type": "integer",
+        "jsonPath": ".status.nodes.ready",
+        "description": "Nodes that passed the canary for this handler",
+    },
+    {
+        "name": "Eligible",
+        "type": "integer",
+        "jsonPath": ".status.nodes.eligible",
+        "priority": 1,
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def _clean_description(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    if "$ref" in node:
+        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+        merged = {**copy.deepcopy(target), **{k: v for k, v in node.items() if k != "$ref"}}
+        return _structural(merged, defs)
+    if "anyOf" in node and not node.get("x-kubernetes-int-or-string"):
+        choices = [c for c in node["anyOf"] if c != {"type": "null"}]
+        if len(choices) != 1:
+            raise ValueError(f"cannot express a union of {choices!r} in a structural schema")
+        rest = {k: v for k, v in node.items() if k != "anyOf"}
+        inner = _structural(choices[0], defs)
+        return {**inner, **_structural(rest, defs)} if rest else inner
+
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROP or (key == "additionalProperties" and value is False):
+            continue  # unknown fields are pruned by the API server already
+        out.update(_translate(key, value, defs))
+    if "properties" in out or "additionalProperties" in out:
+        out.setdefault("type", "object")
+    if "enum" in out and "type" not in out:
+        out["type"] = "string"
+    return out
+
+
+def _translate(key: str, value: Any, defs: dict[str, Any]) -> dict[str, Any]:
+    if key == "const":
+        return {"enum": [value]}
+    if key == "description":
+        return {key: _clean_description(value)}
+    if key == "properties":
+        return {key: {name: _structural(prop, defs) for name, prop in value.items()}}
+    if key in ("items", "additionalProperties"):
+        return {key: _structural(value, defs)}
+    return {key: value}
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The CRD's openAPIV3Schema for WindowsRuntimeProfile."""
+    raw = v1alpha1.WindowsRuntimeProfile.model_json_schema(by_alias=True, mode="validation")
+    schema = _structural(raw, raw.get("$defs", {}))
+    # metadata is the API server's: declare only its type, as controller-gen does.
+    schema["properties"]["metadata"] = {"type": "object"}
+    schema["properties"]["apiVersion"] = {"type": "string"}
+    schema["properties"]["kind"] = {"type": "string"}
+    schema["required"] = ["spec"]
+    schema["description"] = _clean_description(
+        "A Windows container runtime (process or Hyper-V isolation) that wcow-runtime "
+        "turns into a RuntimeClass and a containerd runhcs handler on every Windows node "
+        "that can run it."
+    )
+    return schema
+
+
+def custom_resource_definition() -> dict[str, Any]:
+    """The complete apiextensions.k8s.io/v1 CustomResourceDefinition."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{v1alpha1.PLURAL}.{v1alpha1.GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "wcow-runtime"},
+        },
+        "spec": {
+            "group": v1alpha1.GROUP,
+            "scope": "Cluster",
+            "names": {
+                "kind": v1alpha1.KIND,
+                "listKind": f"{v1alpha1.KIND}List",
+                "plural": v1alpha1.PLURAL,
+                "singular": v1alpha1.SINGULAR,
+                "shortNames": list(v1alpha1.SHORT_NAMES),
+                "categories": ["wcow"],
+            },
+            "versions": [
+                {
+                    "name": v1alpha1.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {"openAPIV3Schema": openapi_schema()},
+                }
+            ],
+        },
+    }

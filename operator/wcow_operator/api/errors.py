@@ -1,0 +1,105 @@
+"""Turn a profile document into a model, or into problems that name field and value."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from wcow_operator.api.v1alpha1 import FieldError, WindowsRuntimeProfile
+
+_MISSING = object()
+_FIELD_TOKEN = re.compile(r"\[([^\]]*)\]|([^.\[]+)")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a profile: where (``spec.vm.memoryMB``), what was there, why."""
+
+    field: str
+    message: str
+    value: Any = _MISSING
+
+    def __str__(self) -> str:
+        if self.value is _MISSING:
+            return f"{self.field}: {self.message}"
+        return f"{self.field}: {self.message} (got {self.value!r})"
+
+
+class ProfileInvalidError(ValueError):
+    """A profile that must not reach a node; carries every problem found."""
+
+    def __init__(self, name: str, problems: list[Problem]) -> None:
+        self.name = name
+        self.problems = problems
+        super().__init__(
+            f"WindowsRuntimeProfile {name!r} is invalid: " + "; ".join(map(str, problems))
+        )
+
+
+def _walk(document: Any, loc: tuple[str | int, ...], missing: bool) -> tuple[list[str], Any]:
+    """Follow ``loc`` through the document; drop pydantic's union tags (``int``, ``str``)."""
+    path: list[str] = []
+    node = document
+    for index, segment in enumerate(loc):
+        in_dict = isinstance(node, dict) and segment in node
+        in_list = isinstance(node, list) and isinstance(segment, int) and segment < len(node)
+        if in_dict or in_list:
+            node = node[segment]
+        elif missing and index == len(loc) - 1:
+            path.append(str(segment))
+            return path, _MISSING
+        else:
+            continue
+        text = str(segment)
+        bracket = isinstance(segment, int) or "." in text or "/" in text
+        path.append(f"[{text}]" if bracket else text)
+    return path, node
+
+
+def _join(parts: list[str]) -> str:
+    text = ""
+    for part in parts:
+        text += part if part.startswith("[") or not text else f".{part}"
+    return text
+
+
+def problems_from(error: ValidationError, document: Any) -> list[Problem]:
+    problems = []
+    for detail in error.errors(include_url=False):
+        loc = tuple(detail["loc"])
+        cause = (detail.get("ctx") or {}).get("error")
+        if isinstance(cause, FieldError):
+            loc = loc + tuple(_split_field(cause.field))
+            message = str(cause)
+        else:
+            message = detail["msg"]
+            if message.startswith("Value error, "):
+                message = message.removeprefix("Value error, ")
+        parts, value = _walk(document, loc, missing=detail["type"] == "missing")
+        if detail["type"] == "missing":
+            message = "is required"
+        elif detail["type"] == "extra_forbidden":
+            message = "is not a field of WindowsRuntimeProfile v1alpha1 (misspelt?)"
+        problems.append(Problem(_join(parts) or "(document)", message, value))
+    return problems
+
+
+def _split_field(field: str) -> list[str]:
+    # "scheduling.nodeSelector[kubernetes.io/os]" -> [scheduling, nodeSelector, kubernetes.io/os]
+    return [bracketed or plain for bracketed, plain in _FIELD_TOKEN.findall(field)]
+
+
+def parse_profile(document: Any) -> WindowsRuntimeProfile:
+    """Validate one WindowsRuntimeProfile document (dict as from YAML or the API)."""
+    name = "<unnamed>"
+    if isinstance(document, dict):
+        metadata = document.get("metadata")
+        if isinstance(metadata, dict) and isinstance(metadata.get("name"), str):
+            name = metadata["name"]
+    try:
+        return WindowsRuntimeProfile.model_validate(document)
+    except ValidationError as error:
+        raise ProfileInvalidError(name, problems_from(error, document)) from None

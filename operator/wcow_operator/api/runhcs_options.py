@@ -1,0 +1,140 @@
+"""The runhcs shim options (``containerd.runhcs.v1.Options``) a profile may set by name.
+
+containerd decodes ``[...runtimes.<h>.options]`` into hcsshim's Options struct with go-toml,
+and drops any key it does not recognise without a word (and on containerd 1.x also any key
+whose casing differs from the Go field name). So every key is checked here against the
+Go field names, with a suggestion for near misses. Source: hcsshim
+``cmd/containerd-shim-runhcs-v1/options/runhcs.proto`` (see the reference fact sheet, section 1).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """How one runhcs option is typed, and whether a profile may set it in ``options``."""
+
+    kind: type  # bool, int, str or dict (map<string,string>)
+    # Why the option may not be set through spec.containerd.options (None: allowed).
+    refusal: str | None = None
+    minimum: int = 0
+    maximum: int = INT32_MAX
+
+
+# logrus level names (hcsshim parses LogLevel with logrus.ParseLevel; a bad name stops the shim).
+LOG_LEVELS = ("trace", "debug", "info", "warning", "warn", "error", "fatal", "panic")
+
+# DebugType enum: NPIPE=0, FILE=1 (makes the shim panic: "not supported"), ETW=2.
+DEBUG_TYPE_NPIPE = 0
+DEBUG_TYPE_ETW = 2
+
+RUNHCS_OPTIONS: dict[str, OptionSpec] = {
+    "Debug": OptionSpec(bool, refusal="set spec.containerd.debug instead"),
+    "DebugType": OptionSpec(int, refusal="set spec.containerd.debugType instead"),
+    "RegistryRoot": OptionSpec(str, refusal="hcsshim does not read RegistryRoot"),
+    "SandboxImage": OptionSpec(str, refusal="set spec.sandbox.image instead"),
+    "SandboxPlatform": OptionSpec(str, refusal="set spec.sandbox.platform instead"),
+    "SandboxIsolation": OptionSpec(int, refusal="set spec.isolation instead"),
+    "BootFilesRootPath": OptionSpec(str),
+    "VmProcessorCount": OptionSpec(int, refusal="set spec.vm.processorCount instead"),
+    "VmMemorySizeInMb": OptionSpec(int, refusal="set spec.vm.memoryMB instead"),
+    "GPUVHDPath": OptionSpec(
+        str, refusal="hcsshim stopped reading GPUVHDPath after v0.11; it would be ignored"
+    ),
+    "ScaleCpuLimitsToSandbox": OptionSpec(
+        bool, refusal="set spec.vm.scaleCpuLimitsToSandbox instead"
+    ),
+    "DefaultContainerScratchSizeInGb": OptionSpec(
+        int,
+        refusal="no hcsshim release reads DefaultContainerScratchSizeInGb; size the scratch "
+        "through the pod's ephemeral-storage limit (CRI rootfs_size_in_bytes) instead",
+    ),
+    "DefaultVmScratchSizeInGb": OptionSpec(
+        int, refusal="no hcsshim release reads DefaultVmScratchSizeInGb; it would be ignored"
+    ),
+    "ShareScratch": OptionSpec(
+        bool, refusal="no hcsshim release reads ShareScratch (LCOW only); it would be ignored"
+    ),
+    "NCProxyAddr": OptionSpec(str),
+    "LogLevel": OptionSpec(str, refusal="set spec.containerd.logLevel instead"),
+    "IoRetryTimeoutInSec": OptionSpec(
+        int, refusal="set spec.containerd.ioRetryTimeoutSeconds instead"
+    ),
+    "DefaultContainerAnnotations": OptionSpec(dict),
+    "NoInheritHostTimezone": OptionSpec(
+        bool,
+        refusal="hcsshim never reads NoInheritHostTimezone; set spec.vm.inheritHostTimezone: "
+        "false instead (it uses the io.microsoft.virtualmachine.wcow.timezone.noinherit "
+        "annotation, which hcsshim honours)",
+    ),
+    "ScrubLogs": OptionSpec(bool),
+}
+
+# What containerd's TOML decoders accept besides the exact Go name (see the fact sheet):
+# go-toml v1 (containerd 1.x) matches the exact name, all-lowercase or lower-first only.
+_CONTAINERD_1X_ALIASES = {
+    variant: name
+    for name in RUNHCS_OPTIONS
+    for variant in (name.lower(), name[0].lower() + name[1:])
+}
+
+
+def suggest_option(key: str) -> str | None:
+    """The Go field name a misspelt option key most likely meant, if any."""
+    lowered = {name.lower(): name for name in RUNHCS_OPTIONS}
+    folded = key.replace("_", "").replace("-", "").lower()
+    if folded in lowered:
+        return lowered[folded]
+    close = difflib.get_close_matches(folded, list(lowered), n=1, cutoff=0.75)
+    return lowered[close[0]] if close else None
+
+
+def check_option(key: str, value: Any) -> Any:
+    """Validate one ``options`` entry; return the value to render.
+
+    Raises ValueError naming the key, the value and what to write instead.
+    """
+    spec = RUNHCS_OPTIONS.get(key)
+    if spec is None:
+        hint = suggest_option(key)
+        canonical = _CONTAINERD_1X_ALIASES.get(key)
+        if canonical is not None:
+            hint = canonical
+        did_you_mean = f"; did you mean {hint!r}?" if hint else ""
+        raise ValueError(
+            f"unknown runhcs option {key!r}: containerd would silently ignore it{did_you_mean} "
+            f"(known options: {', '.join(sorted(RUNHCS_OPTIONS))})"
+        )
+    if spec.refusal is not None:
+        raise ValueError(f"option {key!r} may not be set here: {spec.refusal}")
+    return _check_type(key, spec, value)
+
+
+def _check_type(key: str, spec: OptionSpec, value: Any) -> Any:
+    if spec.kind is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"option {key!r} must be true or false, not {value!r}")
+        return value
+    if spec.kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"option {key!r} must be an integer, not {value!r}")
+        if not spec.minimum <= value <= spec.maximum:
+            raise ValueError(
+                f"option {key!r} must be between {spec.minimum} and {spec.maximum}, not {value}"
+            )
+        return value
+    if spec.kind is str:
+        if not isinstance(value, str):
+            raise ValueError(f"option {key!r} must be a string, not {value!r}")
+        return value
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ValueError(f"option {key!r} must be a map of strings to strings, not {value!r}")
+    return dict(value)

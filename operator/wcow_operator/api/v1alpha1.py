@@ -1,0 +1,642 @@
+"""WindowsRuntimeProfile v1alpha1: the one model every part of wcow-runtime builds from.
+
+The CRD's OpenAPI schema in ``crds/`` is generated from these classes (``wcow crd``). Rules
+that span fields are enforced twice on purpose: here (pydantic, for ``wcow render`` and the
+operator) and as CEL ``x-kubernetes-validations`` in the CRD (so the API server refuses
+them before they are stored). Field docstrings become the CRD descriptions.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
+
+from wcow_operator.api import runhcs_options
+from wcow_operator.api.validation import (
+    DNS1123_LABEL_MAX,
+    DNS1123_LABEL_PATTERN,
+    DNS1123_SUBDOMAIN_MAX,
+    QUANTITY_PATTERN,
+    is_dns1123_label,
+    is_dns1123_subdomain,
+    is_quantity,
+    label_value_problem,
+    qualified_name_problem,
+)
+from wcow_operator.api.windows_builds import (
+    WINDOWS_BUILD_LABEL,
+    WINDOWS_BUILD_PATTERN,
+    WindowsBuild,
+    parse_windows_build,
+)
+
+GROUP = "runtime.wcow.dev"
+VERSION = "v1alpha1"
+API_VERSION: Final = "runtime.wcow.dev/v1alpha1"
+KIND: Final = "WindowsRuntimeProfile"
+PLURAL = "windowsruntimeprofiles"
+SINGULAR = "windowsruntimeprofile"
+SHORT_NAMES = ("wrp",)
+
+DEFAULT_RUNTIME_TYPE = "io.containerd.runhcs.v1"
+DEFAULT_PLATFORM: Final = "windows/amd64"
+OS_LABEL = "kubernetes.io/os"
+ARCH_LABEL = "kubernetes.io/arch"
+READY_LABEL_PREFIX = f"{GROUP}/"
+
+# hcsshim's utility VM defaults (internal/uvm/create.go newDefaultOptions).
+UVM_DEFAULT_MEMORY_MB = 1024
+UVM_DEFAULT_PROCESSORS = 2
+# What a utility VM costs the node beyond the pod's own requests when its memory is
+# virtually backed: the figure sig-windows' windows-testing uses for its Hyper-V class.
+BASELINE_OVERHEAD = {"cpu": "100m", "memory": "512Mi"}
+
+# Annotation allow-lists as in containerd's Windows defaults (config_windows.go, 1.7+).
+VM_ANNOTATIONS = "io.microsoft.virtualmachine.*"
+CONTAINER_ANNOTATIONS = "io.microsoft.container.*"
+
+# hcsshim annotations a profile sets for every pod of its handler through the runhcs
+# option DefaultContainerAnnotations (pkg/annotations/annotations.go).
+ANNOTATION_PROCESSOR_LIMIT = "io.microsoft.virtualmachine.computetopology.processor.limit"
+ANNOTATION_PROCESSOR_WEIGHT = "io.microsoft.virtualmachine.computetopology.processor.weight"
+ANNOTATION_PHYSICALLY_BACKED = "io.microsoft.virtualmachine.fullyphysicallybacked"
+ANNOTATION_TZ_NOINHERIT = "io.microsoft.virtualmachine.wcow.timezone.noinherit"
+
+Isolation = Literal["Process", "HyperV"]
+OverheadPolicy = Literal["None", "Baseline", "WholeVM"]
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+MAX_STRING = 1024  # generous bound on free text; keeps CEL cost estimates finite
+MAX_LIST = 64
+
+FreeText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_STRING)]
+Quantity = Annotated[
+    int | str,
+    WithJsonSchema(
+        {
+            "x-kubernetes-int-or-string": True,
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+        }
+    ),
+]
+
+
+class FieldError(ValueError):
+    """A rule that spans fields, blamed on the one field a person should change."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def cel(rule: str, message: str, field_path: str | None = None) -> JsonDict:
+    """A CEL x-kubernetes-validations entry for the generated CRD."""
+    entry: JsonDict = {"rule": rule, "message": message}
+    if field_path is not None:
+        entry["fieldPath"] = field_path
+    return entry
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
+        validate_default=False,
+    )
+
+
+class SandboxSpec(_Model):
+    image: FreeText | None = None
+    """Sandbox image for the handler (runhcs option SandboxImage)."""
+    platform: Literal["windows/amd64", "windows/arm64"] = DEFAULT_PLATFORM
+    """OS/architecture of the sandbox (runhcs option SandboxPlatform); also selects
+    nodes by kubernetes.io/arch."""
+
+
+class VMSpec(_Model):
+    """Utility VM of a Hyper-V isolated pod. Pod annotations allowed by
+    spec.annotations.pod can still override these per pod (hcsshim: annotation first)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!has(self.memoryMB) || self.memoryMB % 2 == 0",
+                    "memoryMB must be even: hcsshim rounds utility VM memory up to 2 MB",
+                    ".memoryMB",
+                )
+            ]
+        }
+    )
+
+    processor_count: Annotated[int, Field(ge=1, le=240)] | None = None
+    """Virtual processors (runhcs option VmProcessorCount). hcsshim caps it at the host's
+    logical processors. Default: 2."""
+    memory_mb: Annotated[int, Field(ge=256, le=1048576)] | None = Field(
+        default=None, alias="memoryMB"
+    )
+    """Memory in MB (runhcs option VmMemorySizeInMb); must be even. Default: 1024."""
+    processor_limit: Annotated[int, Field(ge=1, le=100000)] | None = None
+    """Cap on the VM's processor use, in thousandths of a percent of its processors
+    (100000 = 100 %); annotation io.microsoft.virtualmachine.computetopology.processor.limit."""
+    processor_weight: Annotated[int, Field(ge=0, le=10000)] | None = None
+    """Relative processor weight against other VMs (hcsshim default 100); annotation
+    io.microsoft.virtualmachine.computetopology.processor.weight."""
+    fully_physically_backed: bool = False
+    """Back all VM memory with physical memory, no overcommit: the "reserve" class.
+    Annotation io.microsoft.virtualmachine.fullyphysicallybacked."""
+    scale_cpu_limits_to_sandbox: bool = True
+    """Rescale container CPU limits from the host's processor count to the VM's
+    (runhcs option ScaleCpuLimitsToSandbox; containerd's own Hyper-V handler sets it)."""
+    inherit_host_timezone: bool = True
+    """Run the VM in the host's time zone; false runs it in UTC (annotation
+    io.microsoft.virtualmachine.wcow.timezone.noinherit)."""
+
+    @field_validator("memory_mb")
+    @classmethod
+    def _even_memory(cls, value: int | None) -> int | None:
+        if value is not None and value % 2:
+            raise ValueError(
+                f"{value} is odd: hcsshim rounds utility VM memory up to an even number of "
+                f"MB; write {value + 1}"
+            )
+        return value
+
+    def container_annotations(self) -> dict[str, str]:
+        """The hcsshim annotations these settings become (DefaultContainerAnnotations)."""
+        annotations: dict[str, str] = {}
+        if self.processor_limit is not None:
+            annotations[ANNOTATION_PROCESSOR_LIMIT] = str(self.processor_limit)
+        if self.processor_weight is not None:
+            annotations[ANNOTATION_PROCESSOR_WEIGHT] = str(self.processor_weight)
+        if self.fully_physically_backed:
+            annotations[ANNOTATION_PHYSICALLY_BACKED] = "true"
+        if not self.inherit_host_timezone:
+            annotations[ANNOTATION_TZ_NOINHERIT] = "true"
+        return annotations
+
+
+def _quantity(field: str, value: int | str | None) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not is_quantity(str(value)):
+        raise FieldError(
+            field, f"{value!r} is not a non-negative Kubernetes quantity (e.g. 250m, 1, 512Mi)"
+        )
+    return str(value)
+
+
+class PodFixed(_Model):
+    cpu: Quantity | None = None
+    """CPU the runtime costs each pod, e.g. 100m."""
+    memory: Quantity | None = None
+    """Memory the runtime costs each pod, e.g. 512Mi."""
+
+    @field_validator("cpu", "memory")
+    @classmethod
+    def _valid(cls, value: int | str | None) -> str | None:
+        return _quantity("", value)
+
+    def as_resource_list(self) -> dict[str, str]:
+        return {k: str(v) for k, v in (("cpu", self.cpu), ("memory", self.memory)) if v is not None}
+
+
+class OverheadSpec(_Model):
+    """PodOverhead of the RuntimeClass: either podFixed, or a policy."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!(has(self.podFixed) && has(self.policy))",
+                    "set either podFixed or policy, not both",
+                )
+            ]
+        }
+    )
+
+    pod_fixed: PodFixed | None = None
+    """Explicit overhead.podFixed as Kubernetes quantities."""
+    policy: OverheadPolicy | None = None
+    """None: no overhead. Baseline: 100m CPU and 512Mi for the utility VM (Hyper-V only).
+    WholeVM: the VM's full processors and memory (Hyper-V only). Default: WholeVM for a
+    physically backed VM, Baseline for other Hyper-V profiles, None for Process."""
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Self:
+        if self.pod_fixed is not None and self.policy is not None:
+            raise FieldError("policy", "set either podFixed or policy, not both")
+        return self
+
+
+class Toleration(_Model):
+    """A toleration added to pods of this RuntimeClass (core/v1 Toleration)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!has(self.operator) || self.operator != 'Exists' || !has(self.value) "
+                    "|| self.value == ''",
+                    "value must be empty when operator is Exists",
+                ),
+                cel(
+                    "!has(self.tolerationSeconds) || (has(self.effect) "
+                    "&& self.effect == 'NoExecute')",
+                    "tolerationSeconds is only allowed with effect NoExecute",
+                ),
+            ]
+        }
+    )
+
+    key: Annotated[str, StringConstraints(max_length=316)] | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: Annotated[str, StringConstraints(max_length=63)] | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.key:
+            problem = qualified_name_problem(self.key)
+            if problem:
+                raise FieldError("key", f"{self.key!r} is not a valid label key: {problem}")
+        elif self.operator != "Exists":
+            raise FieldError("operator", "an empty key needs operator Exists (tolerate all)")
+        if self.operator == "Exists" and self.value:
+            raise FieldError("value", f"must be empty when operator is Exists, not {self.value!r}")
+        if self.value:
+            problem = label_value_problem(self.value)
+            if problem:
+                raise FieldError("value", f"{self.value!r}: {problem}")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise FieldError("tolerationSeconds", "is only allowed with effect NoExecute")
+        return self
+
+    def as_kubernetes(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class SchedulingSpec(_Model):
+    node_selector: (
+        Annotated[
+            dict[
+                Annotated[str, StringConstraints(max_length=316)],
+                Annotated[str, StringConstraints(max_length=63)],
+            ],
+            Field(max_length=MAX_LIST),
+        ]
+        | None
+    ) = None
+    """Extra node labels the pods need, merged with the generated ones
+    (kubernetes.io/os=windows, kubernetes.io/arch, and the handler's ready label)."""
+    tolerations: Annotated[list[Toleration], Field(max_length=MAX_LIST)] | None = None
+    """Tolerations added to the pods, e.g. for an os=windows:NoSchedule taint."""
+    require_ready_label: bool = True
+    """Send pods only to nodes whose agent proved the handler works (node label
+    runtime.wcow.dev/<handler>=ready). When false, a Process profile with a windowsBuild
+    pins node.kubernetes.io/windows-build instead, and a HyperV profile selects all
+    Windows nodes of its architecture."""
+
+    @field_validator("node_selector")
+    @classmethod
+    def _labels(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for key, label in (value or {}).items():
+            problem = qualified_name_problem(key)
+            if problem:
+                raise FieldError(f"nodeSelector[{key}]", f"invalid label key: {problem}")
+            if key.startswith(READY_LABEL_PREFIX):
+                raise FieldError(
+                    f"nodeSelector[{key}]",
+                    f"labels under {READY_LABEL_PREFIX} are managed by wcow-runtime; use "
+                    "requireReadyLabel instead",
+                )
+            if key == OS_LABEL and label != "windows":
+                raise FieldError(
+                    f"nodeSelector[{key}]", f"must be 'windows' (or omitted), not {label!r}"
+                )
+            problem = label_value_problem(label)
+            if problem:
+                raise FieldError(f"nodeSelector[{key}]", f"{label!r}: {problem}")
+        return value
+
+
+class AnnotationsSpec(_Model):
+    """Which pod and container annotations containerd passes to the shim (glob patterns,
+    Go path.Match syntax). Omitted: containerd's Windows defaults for the isolation."""
+
+    pod: Annotated[list[FreeText], Field(max_length=MAX_LIST)] | None = None
+    """Pod annotations allowed through (pod_annotations). Default: io.microsoft.virtualmachine.*
+    for HyperV, none for Process. [] allows none."""
+    container: Annotated[list[FreeText], Field(max_length=MAX_LIST)] | None = None
+    """Container annotations allowed through (container_annotations). Default:
+    io.microsoft.container.*. [] allows none."""
+
+
+class ContainerdSpec(_Model):
+    runtime_type: Annotated[
+        str, StringConstraints(pattern=r"^io\.containerd\.[a-z0-9_]+\.v[0-9]+$", max_length=253)
+    ] = DEFAULT_RUNTIME_TYPE
+    """containerd runtime_type of the handler."""
+    runtime_path: FreeText | None = None
+    """Absolute path of the shim binary (runtime_path), when it is not next to containerd.exe."""
+    debug: bool = False
+    """Shim debug logging (runhcs option Debug)."""
+    debug_type: Literal["Npipe", "Etw"] | None = None
+    """Where shim debug output goes (runhcs option DebugType). File is not offered: the
+    shim panics on it."""
+    log_level: Literal["trace", "debug", "info", "warning", "error", "fatal", "panic"] | None = None
+    """Shim log level (runhcs option LogLevel); overrides debug."""
+    io_retry_timeout_seconds: Annotated[int, Field(ge=0, le=86400)] | None = None
+    """How long shims retry their stdio pipes while containerd restarts (runhcs option
+    IoRetryTimeoutInSec); 0 retries forever, which is hcsshim's default."""
+    options: (
+        Annotated[
+            dict[str, Any],
+            WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+        ]
+        | None
+    ) = None
+    """Further runhcs options by their Go field name (NCProxyAddr, ScrubLogs,
+    DefaultContainerAnnotations, BootFilesRootPath). Unknown or misspelt names are refused,
+    because containerd would silently ignore them."""
+
+    @field_validator("options")
+    @classmethod
+    def _known_options(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        checked: dict[str, Any] = {}
+        for key, option in value.items():
+            try:
+                checked[key] = runhcs_options.check_option(key, option)
+            except ValueError as error:
+                raise FieldError(f"options.{key}", str(error)) from None
+        return checked
+
+
+class CanarySpec(_Model):
+    enabled: bool = True
+    """Start a test sandbox with the handler on each node before labelling it ready."""
+    timeout_seconds: Annotated[int, Field(ge=10, le=1800)] = 180
+    """How long one canary may take (pulling the sandbox image included)."""
+    image: FreeText | None = None
+    """Image of a container started in the canary sandbox to read the VM's processor count
+    and memory from inside; omitted: the sandbox alone is checked."""
+
+
+class WindowsRuntimeProfileSpec(_Model):
+    """The desired Windows runtime: one containerd handler and its RuntimeClass."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "self.isolation == 'HyperV' || !has(self.vm)",
+                    "vm is only valid with isolation HyperV",
+                    ".vm",
+                ),
+                cel(
+                    "self.isolation != 'HyperV' || has(self.windowsBuild)",
+                    "windowsBuild is required with isolation HyperV (the guest build)",
+                    ".windowsBuild",
+                ),
+                cel(
+                    "self.isolation == 'HyperV' || !has(self.overhead) || "
+                    "!has(self.overhead.policy) || self.overhead.policy == 'None'",
+                    "overhead policies Baseline and WholeVM need isolation HyperV",
+                    ".overhead.policy",
+                ),
+            ]
+        }
+    )
+
+    isolation: Isolation
+    """Process (shares the host kernel; image build must suit the host) or HyperV (a
+    utility VM per pod)."""
+    windows_build: (
+        Annotated[str, StringConstraints(pattern=WINDOWS_BUILD_PATTERN, max_length=16)] | None
+    ) = None
+    """Windows build of the images: 10.0.<build> or an alias (ltsc2016, 1809, ltsc2019, 1903,
+    1909, 2004, 20H2, ltsc2022, 23H2, ltsc2025). Required for HyperV (hosts must be at least
+    this build); optional for Process."""
+    handler: (
+        Annotated[
+            str, StringConstraints(pattern=DNS1123_LABEL_PATTERN, max_length=DNS1123_LABEL_MAX)
+        ]
+        | None
+    ) = None
+    """containerd runtime handler name (DNS-1123 label). Default: the profile's name."""
+    sandbox: SandboxSpec = SandboxSpec()
+    vm: VMSpec | None = None
+    overhead: OverheadSpec | None = None
+    scheduling: SchedulingSpec = SchedulingSpec()
+    annotations: AnnotationsSpec = AnnotationsSpec()
+    containerd: ContainerdSpec = ContainerdSpec()
+    canary: CanarySpec = CanarySpec()
+
+    @field_validator("windows_build")
+    @classmethod
+    def _build(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_windows_build(value)
+        return value
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> Self:
+        if self.isolation != "HyperV" and self.vm is not None:
+            raise FieldError("vm", "is only valid with isolation HyperV (isolation is Process)")
+        if self.isolation == "HyperV" and self.windows_build is None:
+            raise FieldError(
+                "windowsBuild",
+                "is required with isolation HyperV: the guest build decides which hosts can "
+                "run it (host build >= guest build)",
+            )
+        policy = self.overhead.policy if self.overhead else None
+        if self.isolation == "Process" and policy in ("Baseline", "WholeVM"):
+            raise FieldError(
+                "overhead.policy",
+                f"{policy} prices a utility VM, which isolation Process does not have; "
+                "use None or podFixed",
+            )
+        selector = self.scheduling.node_selector or {}
+        pinned = selector.get(WINDOWS_BUILD_LABEL)
+        if pinned is not None and self.isolation == "Process" and self.windows_build:
+            wanted = parse_windows_build(self.windows_build).label_value
+            if pinned != wanted and not self.scheduling.require_ready_label:
+                raise FieldError(
+                    f"scheduling.nodeSelector[{WINDOWS_BUILD_LABEL}]",
+                    f"{pinned!r} contradicts windowsBuild {self.windows_build!r} ({wanted})",
+                )
+        options = (self.containerd.options or {}).get("DefaultContainerAnnotations", {})
+        clash = sorted(set(options) & set(self.vm.container_annotations() if self.vm else {}))
+        if clash:
+            raise FieldError(
+                "containerd.options.DefaultContainerAnnotations",
+                f"sets {', '.join(clash)}, which spec.vm already sets; keep one",
+            )
+        return self
+
+    @property
+    def guest_build(self) -> WindowsBuild | None:
+        return parse_windows_build(self.windows_build) if self.windows_build else None
+
+    def effective_vm(self) -> VMSpec | None:
+        """The VM settings a HyperV profile runs with (defaults filled), None for Process."""
+        if self.isolation != "HyperV":
+            return None
+        return self.vm or VMSpec()
+
+    def pod_annotation_patterns(self) -> list[str]:
+        if self.annotations.pod is not None:
+            return list(self.annotations.pod)
+        return [VM_ANNOTATIONS] if self.isolation == "HyperV" else []
+
+    def container_annotation_patterns(self) -> list[str]:
+        if self.annotations.container is not None:
+            return list(self.annotations.container)
+        return [CONTAINER_ANNOTATIONS]
+
+    def effective_overhead(self) -> dict[str, str]:
+        """overhead.podFixed of the RuntimeClass ({} for none)."""
+        if self.overhead is not None and self.overhead.pod_fixed is not None:
+            return self.overhead.pod_fixed.as_resource_list()
+        vm = self.effective_vm()
+        policy = self.overhead.policy if self.overhead else None
+        if policy is None:
+            if vm is None:
+                policy = "None"
+            else:
+                policy = "WholeVM" if vm.fully_physically_backed else "Baseline"
+        if policy == "None" or vm is None:
+            return {}
+        if policy == "Baseline":
+            return dict(BASELINE_OVERHEAD)
+        return {
+            "cpu": str(vm.processor_count or UVM_DEFAULT_PROCESSORS),
+            "memory": f"{vm.memory_mb or UVM_DEFAULT_MEMORY_MB}Mi",
+        }
+
+
+class NodeCounts(_Model):
+    eligible: int = 0
+    """Windows nodes whose build and features can run the handler."""
+    ready: int = 0
+    """Nodes whose agent applied the handler and passed the canary."""
+    failed: int = 0
+    """Nodes where applying or the canary failed."""
+
+
+class NodeFailure(_Model):
+    node: Annotated[str, StringConstraints(max_length=DNS1123_SUBDOMAIN_MAX)]
+    reason: Annotated[str, StringConstraints(max_length=128)]
+    message: Annotated[str, StringConstraints(max_length=MAX_STRING)] = ""
+
+
+class Condition(_Model):
+    """A status condition by the Kubernetes API conventions."""
+
+    type: Annotated[str, StringConstraints(min_length=1, max_length=316)]
+    status: ConditionStatus
+    reason: Annotated[
+        str, StringConstraints(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", max_length=1024)
+    ]
+    message: Annotated[str, StringConstraints(max_length=32768)] = ""
+    observed_generation: Annotated[int, Field(ge=0)] | None = None
+    last_transition_time: Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
+
+
+class WindowsRuntimeProfileStatus(_Model):
+    model_config = ConfigDict(extra="ignore")
+
+    observed_generation: int | None = None
+    conditions: Annotated[
+        list[Condition],
+        Field(
+            max_length=16,
+            json_schema_extra={
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["type"],
+            },
+        ),
+    ] = []
+    handler: str | None = None
+    runtime_class_name: str | None = None
+    nodes: NodeCounts = NodeCounts()
+    failures: Annotated[list[NodeFailure], Field(max_length=10)] = []
+    """The first nodes that failed, with the reason."""
+
+
+class ObjectMeta(_Model):
+    """The parts of metadata the renderers use; everything else is ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    generation: int | None = None
+    uid: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not is_dns1123_subdomain(value):
+            raise ValueError(
+                f"{value!r} is not a valid name: lowercase letters, digits, '-' and '.', "
+                "starting and ending with a letter or digit, at most 253 characters "
+                "(it becomes the RuntimeClass name)"
+            )
+        return value
+
+
+class WindowsRuntimeProfile(_Model):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "has(self.spec.handler) || (size(self.metadata.name) <= 63 && "
+                    f"self.metadata.name.matches('{DNS1123_LABEL_PATTERN}'))",
+                    "metadata.name is not a valid handler name (DNS-1123 label, at most 63 "
+                    "characters, no dots): set spec.handler",
+                )
+            ]
+        }
+    )
+
+    api_version: Literal["runtime.wcow.dev/v1alpha1"] = API_VERSION
+    kind: Literal["WindowsRuntimeProfile"] = KIND
+    metadata: ObjectMeta
+    spec: WindowsRuntimeProfileSpec
+    status: WindowsRuntimeProfileStatus | None = None
+
+    @model_validator(mode="after")
+    def _handler_name(self) -> Self:
+        if self.spec.handler is None and not is_dns1123_label(self.metadata.name):
+            raise FieldError(
+                "spec.handler",
+                f"is needed because metadata.name {self.metadata.name!r} is not a valid "
+                "containerd handler (DNS-1123 label: at most 63 characters, no dots)",
+            )
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def handler(self) -> str:
+        return self.spec.handler or self.metadata.name

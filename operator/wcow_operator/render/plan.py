@@ -1,0 +1,108 @@
+"""The plan: what every node agent should configure, as one versioned JSON document.
+
+Shape (schemaVersion 1)::
+
+    {
+      "apiVersion": "runtime.wcow.dev/v1alpha1",
+      "kind": "RuntimePlan",
+      "schemaVersion": 1,
+      "runtimesPath": {"2": [...], "3": [...], "4": [...]},   # where runtimes live per
+                                                              # config.toml version
+      "handlers": {
+        "<handler>": {
+          "profile": "<name>", "generation": 3, "uid": "...",
+          "isolation": "HyperV", "windowsBuild": "10.0.20348",
+          "vm": {"processorCount": 2, "memoryMB": 2048, "fullyPhysicallyBacked": false},
+          "canary": {"enabled": true, "timeoutSeconds": 180, "image": null},
+          "runtime": { ...the runtimes.<handler> table as data... }
+        }
+      },
+      "hash": "sha256:<hex>"    # over the canonical JSON of everything above
+    }
+
+The handler table is the same for every config version (runtime_type, annotation lists and
+runhcs options have the same keys in containerd 1.x and 2.x), so it is stored once, with the
+table path per version beside it; ``render_containerd_toml`` turns it into TOML.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from wcow_operator.api.v1alpha1 import API_VERSION
+from wcow_operator.api.v1alpha1 import WindowsRuntimeProfile as Profile
+from wcow_operator.render.containerd import RUNTIMES_PATH, runtime_table
+from wcow_operator.render.serialize import canonical_json, dump_json
+
+PLAN_KIND = "RuntimePlan"
+PLAN_SCHEMA_VERSION = 1
+PLAN_CONFIGMAP = "wcow-runtime-plan"
+PLAN_KEY = "plan.json"
+PLAN_HASH_ANNOTATION = "runtime.wcow.dev/plan-hash"
+
+
+def plan_entry(profile: Profile) -> dict[str, Any]:
+    spec = profile.spec
+    vm = spec.effective_vm()
+    options = runtime_table(profile)
+    vm_entry = None
+    if vm is not None:
+        vm_entry = {
+            "processorCount": options["options"]["VmProcessorCount"],
+            "memoryMB": options["options"]["VmMemorySizeInMb"],
+            "fullyPhysicallyBacked": vm.fully_physically_backed,
+        }
+    return {
+        "profile": profile.name,
+        "generation": profile.metadata.generation,
+        "uid": profile.metadata.uid,
+        "isolation": spec.isolation,
+        "windowsBuild": spec.guest_build.label_value if spec.guest_build else None,
+        "vm": vm_entry,
+        "canary": spec.canary.model_dump(by_alias=True),
+        "runtime": options,
+    }
+
+
+def plan_hash(body: Mapping[str, Any]) -> str:
+    return "sha256:" + hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+def build_plan(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The plan for these handler entries (handler -> ``plan_entry``), with its hash."""
+    body: dict[str, Any] = {
+        "apiVersion": API_VERSION,
+        "kind": PLAN_KIND,
+        "schemaVersion": PLAN_SCHEMA_VERSION,
+        "runtimesPath": {str(v): list(path) for v, path in RUNTIMES_PATH.items()},
+        "handlers": {handler: dict(entries[handler]) for handler in sorted(entries)},
+    }
+    return {**body, "hash": plan_hash(body)}
+
+
+def plan_for(profiles: Iterable[Profile]) -> dict[str, Any]:
+    """The plan for profiles whose handlers are unique (the caller checks that)."""
+    return build_plan({profile.handler: plan_entry(profile) for profile in profiles})
+
+
+def dump_plan(plan: Mapping[str, Any]) -> str:
+    return dump_json(plan)
+
+
+def plan_config_map(plan: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": PLAN_CONFIGMAP,
+            "namespace": namespace,
+            "labels": {
+                "app.kubernetes.io/managed-by": "wcow-operator",
+                "app.kubernetes.io/part-of": "wcow-runtime",
+            },
+            "annotations": {PLAN_HASH_ANNOTATION: plan["hash"]},
+        },
+        "data": {PLAN_KEY: dump_plan(plan)},
+    }

@@ -1,0 +1,90 @@
+"""The RuntimeClass (node.k8s.io/v1) a profile stands for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wcow_operator.api.v1alpha1 import (
+    API_VERSION,
+    ARCH_LABEL,
+    KIND,
+    OS_LABEL,
+    READY_LABEL_PREFIX,
+)
+from wcow_operator.api.v1alpha1 import WindowsRuntimeProfile as Profile
+from wcow_operator.api.windows_builds import WINDOWS_BUILD_LABEL
+
+MANAGED_BY = "wcow-operator"
+PART_OF = "wcow-runtime"
+PROFILE_LABEL = f"{READY_LABEL_PREFIX}profile"
+READY_VALUE = "ready"
+
+
+def ready_label(handler: str) -> str:
+    """The node label an agent sets once ``handler`` passed its canary on that node."""
+    return f"{READY_LABEL_PREFIX}{handler}"
+
+
+def common_labels(profile_name: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        "app.kubernetes.io/part-of": PART_OF,
+        PROFILE_LABEL: profile_name,
+    }
+
+
+def node_selector(profile: Profile) -> dict[str, str]:
+    """Generated node labels, then the profile's own (validated not to contradict them)."""
+    spec = profile.spec
+    selector = {OS_LABEL: "windows", ARCH_LABEL: spec.sandbox.platform.split("/", 1)[1]}
+    if spec.scheduling.require_ready_label:
+        selector[ready_label(profile.handler)] = READY_VALUE
+    elif spec.isolation == "Process" and spec.guest_build is not None:
+        selector[WINDOWS_BUILD_LABEL] = spec.guest_build.label_value
+    selector.update(spec.scheduling.node_selector or {})
+    return dict(sorted(selector.items()))
+
+
+def owner_reference(profile: Profile) -> dict[str, Any] | None:
+    """controller=true reference to the profile; None for a profile not from a cluster."""
+    if profile.metadata.uid is None:
+        return None
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": profile.name,
+        "uid": profile.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def render_runtime_class(profile: Profile) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": profile.name, "labels": common_labels(profile.name)}
+    owner = owner_reference(profile)
+    if owner is not None:
+        metadata["ownerReferences"] = [owner]
+    scheduling: dict[str, Any] = {"nodeSelector": node_selector(profile)}
+    tolerations = _unique([t.as_kubernetes() for t in profile.spec.scheduling.tolerations or []])
+    if tolerations:
+        scheduling["tolerations"] = tolerations
+    runtime_class: dict[str, Any] = {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": metadata,
+        "handler": profile.handler,
+        "scheduling": scheduling,
+    }
+    overhead = profile.spec.effective_overhead()
+    if overhead:
+        runtime_class["overhead"] = {"podFixed": overhead}
+    return runtime_class
+
+
+def _unique(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # The API server rejects duplicate tolerations; keep the first of each.
+    seen: list[dict[str, Any]] = []
+    for item in items:
+        if item not in seen:
+            seen.append(item)
+    return seen

@@ -1,0 +1,59 @@
+"""Deterministic YAML and JSON: same data in, same bytes out, whatever the strings hold."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import yaml
+
+
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper that never emits aliases (Kubernetes tools dislike &id001 anchors)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _str_presenter(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    # Multi-line strings as literal blocks read better (TOML in a ConfigMap); PyYAML falls
+    # back to quoting by itself when a block cannot hold the string exactly.
+    style = "|" if "\n" in value and _block_safe(value) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+def _block_safe(value: str) -> bool:
+    # A literal block cannot keep trailing spaces on lines, tabs, or other control characters.
+    lines = value.split("\n")
+    return all(line == line.rstrip(" ") and line.isprintable() for line in lines)
+
+
+_Dumper.add_representer(str, _str_presenter)
+
+
+def dump_yaml(document: Any) -> str:
+    return yaml.dump(
+        document,
+        Dumper=_Dumper,
+        sort_keys=True,
+        default_flow_style=False,
+        allow_unicode=True,
+        width=2**16,
+    )
+
+
+def dump_yaml_documents(documents: Iterable[Any]) -> str:
+    return "".join(f"---\n{dump_yaml(document)}" for document in documents)
+
+
+def dump_json(document: Any) -> str:
+    """Canonical JSON: sorted keys, fixed separators, UTF-8 kept as is, trailing newline."""
+    return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def canonical_json(document: Any) -> bytes:
+    """The compact form that content hashes are taken over."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8"
+    )
