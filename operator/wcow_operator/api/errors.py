@@ -39,8 +39,12 @@ class ProfileInvalidError(ValueError):
         )
 
 
-def _walk(document: Any, loc: tuple[str | int, ...], missing: bool) -> tuple[list[str], Any]:
-    """Follow ``loc`` through the document; drop pydantic's union tags (``int``, ``str``)."""
+def _walk(document: Any, loc: tuple[str | int, ...], keep_from: int) -> tuple[list[str], Any]:
+    """Follow ``loc`` through the document and return the path walked and the value there.
+
+    Segments before ``keep_from`` that are not in the document are pydantic's union tags
+    (``int``, ``str``) and are dropped; later ones name fields that may be absent.
+    """
     path: list[str] = []
     node = document
     for index, segment in enumerate(loc):
@@ -48,13 +52,12 @@ def _walk(document: Any, loc: tuple[str | int, ...], missing: bool) -> tuple[lis
         in_list = isinstance(node, list) and isinstance(segment, int) and segment < len(node)
         if in_dict or in_list:
             node = node[segment]
-        elif missing and index == len(loc) - 1:
-            path.append(str(segment))
-            return path, _MISSING
+        elif index >= keep_from:
+            node = _MISSING
         else:
             continue
         text = str(segment)
-        bracket = isinstance(segment, int) or "." in text or "/" in text
+        bracket = isinstance(segment, int) or not text.isidentifier()
         path.append(f"[{text}]" if bracket else text)
     return path, node
 
@@ -70,6 +73,7 @@ def problems_from(error: ValidationError, document: Any) -> list[Problem]:
     problems = []
     for detail in error.errors(include_url=False):
         loc = tuple(detail["loc"])
+        keep_from = len(loc) - 1 if detail["type"] == "missing" else len(loc)
         cause = (detail.get("ctx") or {}).get("error")
         if isinstance(cause, FieldError):
             loc = loc + tuple(_split_field(cause.field))
@@ -78,7 +82,7 @@ def problems_from(error: ValidationError, document: Any) -> list[Problem]:
             message = detail["msg"]
             if message.startswith("Value error, "):
                 message = message.removeprefix("Value error, ")
-        parts, value = _walk(document, loc, missing=detail["type"] == "missing")
+        parts, value = _walk(document, loc, keep_from)
         if detail["type"] == "missing":
             message = "is required"
         elif detail["type"] == "extra_forbidden":

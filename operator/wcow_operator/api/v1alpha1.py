@@ -12,6 +12,7 @@ from typing import Annotated, Any, Final, Literal, Self
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -81,8 +82,20 @@ MAX_STRING = 1024  # generous bound on free text; keeps CEL cost estimates finit
 MAX_LIST = 64
 
 FreeText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_STRING)]
+
+
+def _quantity_text(value: object) -> str:
+    # YAML gives `cpu: 1` as an int; the API takes int-or-string; the RuntimeClass wants text.
+    if isinstance(value, bool) or not isinstance(value, int | str) or not is_quantity(str(value)):
+        raise ValueError(
+            f"{value!r} is not a non-negative Kubernetes quantity (e.g. 250m, 1, 512Mi)"
+        )
+    return str(value)
+
+
 Quantity = Annotated[
-    int | str,
+    str,
+    BeforeValidator(_quantity_text),
     WithJsonSchema(
         {
             "x-kubernetes-int-or-string": True,
@@ -191,26 +204,11 @@ class VMSpec(_Model):
         return annotations
 
 
-def _quantity(field: str, value: int | str | None) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not is_quantity(str(value)):
-        raise FieldError(
-            field, f"{value!r} is not a non-negative Kubernetes quantity (e.g. 250m, 1, 512Mi)"
-        )
-    return str(value)
-
-
 class PodFixed(_Model):
     cpu: Quantity | None = None
     """CPU the runtime costs each pod, e.g. 100m."""
     memory: Quantity | None = None
     """Memory the runtime costs each pod, e.g. 512Mi."""
-
-    @field_validator("cpu", "memory")
-    @classmethod
-    def _valid(cls, value: int | str | None) -> str | None:
-        return _quantity("", value)
 
     def as_resource_list(self) -> dict[str, str]:
         return {k: str(v) for k, v in (("cpu", self.cpu), ("memory", self.memory)) if v is not None}
@@ -319,20 +317,18 @@ class SchedulingSpec(_Model):
         for key, label in (value or {}).items():
             problem = qualified_name_problem(key)
             if problem:
-                raise FieldError(f"nodeSelector[{key}]", f"invalid label key: {problem}")
+                raise FieldError(f"[{key}]", f"invalid label key: {problem}")
             if key.startswith(READY_LABEL_PREFIX):
                 raise FieldError(
-                    f"nodeSelector[{key}]",
+                    f"[{key}]",
                     f"labels under {READY_LABEL_PREFIX} are managed by wcow-runtime; use "
                     "requireReadyLabel instead",
                 )
             if key == OS_LABEL and label != "windows":
-                raise FieldError(
-                    f"nodeSelector[{key}]", f"must be 'windows' (or omitted), not {label!r}"
-                )
+                raise FieldError(f"[{key}]", f"must be 'windows' (or omitted), not {label!r}")
             problem = label_value_problem(label)
             if problem:
-                raise FieldError(f"nodeSelector[{key}]", f"{label!r}: {problem}")
+                raise FieldError(f"[{key}]", f"{label!r}: {problem}")
         return value
 
 
@@ -386,7 +382,7 @@ class ContainerdSpec(_Model):
             try:
                 checked[key] = runhcs_options.check_option(key, option)
             except ValueError as error:
-                raise FieldError(f"options.{key}", str(error)) from None
+                raise FieldError(key, str(error)) from None
         return checked
 
 
@@ -475,6 +471,12 @@ class WindowsRuntimeProfileSpec(_Model):
                 "use None or podFixed",
             )
         selector = self.scheduling.node_selector or {}
+        arch = self.sandbox.platform.split("/", 1)[1]
+        if selector.get(ARCH_LABEL, arch) != arch:
+            raise FieldError(
+                f"scheduling.nodeSelector[{ARCH_LABEL}]",
+                f"{selector[ARCH_LABEL]!r} contradicts sandbox.platform {self.sandbox.platform}",
+            )
         pinned = selector.get(WINDOWS_BUILD_LABEL)
         if pinned is not None and self.isolation == "Process" and self.windows_build:
             wanted = parse_windows_build(self.windows_build).label_value
