@@ -263,10 +263,15 @@ class Toleration(_Model):
     )
 
     key: Annotated[str, StringConstraints(max_length=316)] | None = None
+    """Taint key; empty with operator Exists tolerates every taint."""
     operator: Literal["Exists", "Equal"] | None = None
+    """Equal (the default) or Exists."""
     value: Annotated[str, StringConstraints(max_length=63)] | None = None
+    """Taint value to match with operator Equal."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """Taint effect to match; empty matches all effects."""
     toleration_seconds: int | None = None
+    """With effect NoExecute: how long the pod stays after the taint appears."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -439,12 +444,19 @@ class WindowsRuntimeProfileSpec(_Model):
     ) = None
     """containerd runtime handler name (DNS-1123 label). Default: the profile's name."""
     sandbox: SandboxSpec = SandboxSpec()
+    """The pod sandbox: image and platform."""
     vm: VMSpec | None = None
+    """Size and behaviour of the utility VM (HyperV only)."""
     overhead: OverheadSpec | None = None
+    """What each pod costs the node beyond its containers (RuntimeClass overhead.podFixed)."""
     scheduling: SchedulingSpec = SchedulingSpec()
+    """Which nodes the RuntimeClass sends pods to."""
     annotations: AnnotationsSpec = AnnotationsSpec()
+    """Annotation allow-lists of the containerd handler."""
     containerd: ContainerdSpec = ContainerdSpec()
+    """The containerd runtime entry and runhcs shim options."""
     canary: CanarySpec = CanarySpec()
+    """How node agents prove the handler works before labelling a node ready."""
 
     @field_validator("windows_build")
     @classmethod

@@ -1,0 +1,167 @@
+"""The CRD in crds/ is generated from the model, structural, and its CEL rules agree with it."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import celpy
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.conftest import ROOT, SAMPLES, profile_document
+from wcow_operator.api.crd import custom_resource_definition, openapi_schema
+from wcow_operator.api.errors import ProfileInvalidError, parse_profile
+from wcow_operator.cli import crd_yaml
+
+CRD_FILE = ROOT / "crds" / "runtime.wcow.dev_windowsruntimeprofiles.yaml"
+
+
+def test_checked_in_crd_matches_the_model() -> None:
+    assert CRD_FILE.read_text(encoding="utf-8") == crd_yaml(), (
+        "crds/ is stale: run `make crds` and commit the result"
+    )
+
+
+def test_crd_validates_against_the_kubernetes_schema() -> None:
+    crd = yaml.safe_load(CRD_FILE.read_text(encoding="utf-8"))
+    kubernetes_validate.validate(crd, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_crd_names_scope_and_subresources() -> None:
+    spec = custom_resource_definition()["spec"]
+    assert spec["group"] == "runtime.wcow.dev"
+    assert spec["scope"] == "Cluster"
+    assert spec["names"]["plural"] == "windowsruntimeprofiles"
+    assert spec["names"]["shortNames"] == ["wrp"]
+    (version,) = spec["versions"]
+    assert version["name"] == "v1alpha1"
+    assert version["subresources"] == {"status": {}}
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["Isolation"] == ".spec.isolation"
+    assert columns["Build"] == ".spec.windowsBuild"
+    assert columns["Handler"] == ".status.handler"
+    assert columns["Ready Nodes"] == ".status.nodes.ready"
+    assert columns["Age"] == ".metadata.creationTimestamp"
+
+
+def _nodes(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    yield path, schema
+    for name, child in schema.get("properties", {}).items():
+        yield from _nodes(child, f"{path}.{name}")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from _nodes(schema["additionalProperties"], f"{path}[*]")
+    if "items" in schema:
+        yield from _nodes(schema["items"], f"{path}[]")
+
+
+def test_schema_is_structural() -> None:
+    """Every node typed (or int-or-string / preserve-unknown), no refs or unions left,
+    properties and additionalProperties never together (apiextensions structural rules)."""
+    for path, node in _nodes(openapi_schema()):
+        assert "$ref" not in node, path
+        assert not ("properties" in node and "additionalProperties" in node), path
+        if node.get("x-kubernetes-int-or-string"):
+            assert node["anyOf"] == [{"type": "integer"}, {"type": "string"}], path
+            continue
+        assert "anyOf" not in node and "oneOf" not in node, path
+        assert "type" in node, f"{path or '<root>'} has no type"
+
+
+def test_every_spec_field_is_described_for_kubectl_explain() -> None:
+    spec = openapi_schema()["properties"]["spec"]
+    for path, node in _nodes(spec, "spec"):
+        if path.endswith(("[*]", "[]")):
+            continue
+        assert node.get("description"), f"{path} has no description"
+
+
+# ---- CEL rules: evaluated with cel-python on the same documents pydantic judges ----
+
+
+def _rules(schema: dict[str, Any], path: tuple[str, ...] = ()) -> Iterator[
+    tuple[tuple[str, ...], str]
+]:
+    for rule in schema.get("x-kubernetes-validations", []):
+        yield path, rule["rule"]
+    for name, child in schema.get("properties", {}).items():
+        yield from _rules(child, (*path, name))
+    if "items" in schema:
+        yield from _rules(schema["items"], (*path, "[]"))
+
+
+def _targets(document: Any, path: tuple[str, ...]) -> Iterator[Any]:
+    if not path:
+        yield document
+        return
+    head, rest = path[0], path[1:]
+    if head == "[]":
+        for item in document if isinstance(document, list) else []:
+            yield from _targets(item, rest)
+    elif isinstance(document, dict) and head in document:
+        yield from _targets(document[head], rest)
+
+
+def cel_accepts(document: dict[str, Any]) -> bool:
+    environment = celpy.Environment()
+    for path, rule in _rules(openapi_schema()):
+        program = environment.program(environment.compile(rule))
+        for target in _targets(document, path):
+            result = program.evaluate({"self": celpy.json_to_cel(target)})
+            if not bool(result):
+                return False
+    return True
+
+
+def pydantic_accepts(document: dict[str, Any]) -> bool:
+    try:
+        parse_profile(document)
+    except ProfileInvalidError:
+        return False
+    return True
+
+
+def _samples() -> list[dict[str, Any]]:
+    return [
+        document
+        for path in sorted(Path(SAMPLES).glob("*.yaml"))
+        for document in yaml.safe_load_all(path.read_text(encoding="utf-8"))
+    ]
+
+
+CROSS_FIELD_INVALID = [
+    profile_document(isolation="Process", vm={"processorCount": 2}),
+    profile_document(windowsBuild=None),
+    profile_document(vm={"memoryMB": 2047}),
+    profile_document(overhead={"podFixed": {"cpu": "1"}, "policy": "Baseline"}),
+    profile_document(isolation="Process", overhead={"policy": "WholeVM"}),
+    profile_document(
+        scheduling={"tolerations": [{"key": "os", "operator": "Exists", "value": "x"}]}
+    ),
+    profile_document(
+        scheduling={"tolerations": [{"key": "os", "effect": "NoSchedule", "tolerationSeconds": 1}]}
+    ),
+    profile_document(name="has.dots"),
+]
+
+
+def _without_nulls(document: dict[str, Any]) -> dict[str, Any]:
+    clean = copy.deepcopy(document)
+    clean["spec"] = {k: v for k, v in clean["spec"].items() if v is not None}
+    return clean
+
+
+@pytest.mark.parametrize("document", _samples(), ids=lambda d: d["metadata"]["name"])
+def test_cel_rules_accept_every_sample(document: dict[str, Any]) -> None:
+    assert pydantic_accepts(document)
+    assert cel_accepts(document)
+
+
+@pytest.mark.parametrize("document", CROSS_FIELD_INVALID, ids=str)
+def test_cel_rules_refuse_what_the_model_refuses_across_fields(document: dict[str, Any]) -> None:
+    document = _without_nulls(document)
+    assert not pydantic_accepts(document)
+    assert not cel_accepts(document), "the API server would store what the operator rejects"
