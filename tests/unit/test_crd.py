@@ -63,11 +63,12 @@ def test_schema_is_structural() -> None:
     properties and additionalProperties never together (apiextensions structural rules)."""
     for path, node in _nodes(openapi_schema()):
         assert "$ref" not in node, path
-        assert not ("properties" in node and "additionalProperties" in node), path
+        assert "properties" not in node or "additionalProperties" not in node, path
         if node.get("x-kubernetes-int-or-string"):
             assert node["anyOf"] == [{"type": "integer"}, {"type": "string"}], path
             continue
-        assert "anyOf" not in node and "oneOf" not in node, path
+        assert "anyOf" not in node, path
+        assert "oneOf" not in node, path
         assert "type" in node, f"{path or '<root>'} has no type"
 
 
@@ -82,9 +83,9 @@ def test_every_spec_field_is_described_for_kubectl_explain() -> None:
 # ---- CEL rules: evaluated with cel-python on the same documents pydantic judges ----
 
 
-def _rules(schema: dict[str, Any], path: tuple[str, ...] = ()) -> Iterator[
-    tuple[tuple[str, ...], str]
-]:
+def _rules(
+    schema: dict[str, Any], path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], str]]:
     for rule in schema.get("x-kubernetes-validations", []):
         yield path, rule["rule"]
     for name, child in schema.get("properties", {}).items():

@@ -28,7 +28,10 @@ def test_plan_entry_carries_what_the_agent_needs(make_profile: MakeProfile) -> N
     assert plan["kind"] == "RuntimePlan"
     assert plan["schemaVersion"] == 1
     assert plan["runtimesPath"]["2"] == [
-        "plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes"
+        "plugins",
+        "io.containerd.grpc.v1.cri",
+        "containerd",
+        "runtimes",
     ]
     assert plan["runtimesPath"]["3"] == plan["runtimesPath"]["4"]
     entry = plan["handlers"]["hv"]

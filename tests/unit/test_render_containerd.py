@@ -135,8 +135,11 @@ def test_runtime_type_and_path(make_profile: MakeProfile) -> None:
 
 @pytest.mark.parametrize(
     ("version", "plugin"),
-    [(2, "io.containerd.grpc.v1.cri"), (3, "io.containerd.cri.v1.runtime"),
-     (4, "io.containerd.cri.v1.runtime")],
+    [
+        (2, "io.containerd.grpc.v1.cri"),
+        (3, "io.containerd.cri.v1.runtime"),
+        (4, "io.containerd.cri.v1.runtime"),
+    ],
 )
 def test_toml_puts_handlers_at_the_path_of_the_config_version(
     make_profile: MakeProfile, version: int, plugin: str

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from tests.conftest import MakeProfile
+from tests.conftest import MakeProfile, profile_document
 from wcow_operator.api.errors import parse_profile
 from wcow_operator.render.runtimeclass import render_runtime_class
-from tests.conftest import profile_document
 
 
 def test_hyperv_class_is_gated_on_the_ready_label_with_baseline_overhead(

@@ -22,6 +22,7 @@ def timestamp(moment: datetime) -> str:
 def set_condition(
     conditions: Sequence[Condition],
     type_: str,
+    *,
     status: ConditionStatus,
     reason: str,
     message: str,

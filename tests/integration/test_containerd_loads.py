@@ -1,0 +1,54 @@
+"""Rendered version-2 TOML loads in a real containerd (Debian's 1.6 package) with every
+handler and option intact. containerd 1.6 does not know version 3 plugin ids, so only the
+version-2 fragment can be checked here."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SAMPLES
+from wcow_operator.cli import load_profiles
+from wcow_operator.render.bundle import render_all
+
+CONTAINERD = shutil.which("containerd")
+pytestmark = pytest.mark.skipif(
+    CONTAINERD is None,
+    reason="containerd is not installed (make test installs Debian's package when it runs as "
+    "root with apt-get; otherwise: apt-get install containerd)",
+)
+
+
+def config_dump(config: Path) -> dict[str, object]:
+    assert CONTAINERD is not None
+    result = subprocess.run(
+        [CONTAINERD, "--config", str(config), "config", "dump"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return tomllib.loads(result.stdout)
+
+
+def test_rendered_v2_fragment_loads_with_every_handler_and_option(tmp_path: Path) -> None:
+    loaded, errors = load_profiles([str(SAMPLES)])
+    assert not errors
+    rendered = render_all([item.profile for item in loaded])
+    config = tmp_path / "config.toml"
+    config.write_text(rendered.containerd_toml[2], encoding="utf-8")
+
+    effective = config_dump(config)
+    runtimes = effective["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]  # type: ignore[index]
+    for handler, entry in rendered.plan["handlers"].items():
+        assert handler in runtimes, f"containerd dropped handler {handler}"
+        table = runtimes[handler]
+        assert table["runtime_type"] == entry["runtime"]["runtime_type"]
+        assert table["container_annotations"] == entry["runtime"]["container_annotations"]
+        assert table["pod_annotations"] == entry["runtime"].get("pod_annotations", [])
+        assert table["options"] == entry["runtime"]["options"]

@@ -1,0 +1,121 @@
+"""Any string a profile may hold comes back out of the TOML and YAML exactly as it went in,
+and never adds a key, table or document (property tests)."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from typing import Any
+
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import profile_document
+from wcow_operator.api.errors import parse_profile
+from wcow_operator.render.bundle import render_all
+from wcow_operator.render.plan import plan_config_map
+from wcow_operator.render.serialize import dump_yaml_documents
+
+# Everything UTF-8 can carry (no lone surrogates), including quotes, newlines, `]]`, NUL.
+text = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=40)
+hostile = st.one_of(
+    text,
+    st.sampled_from(
+        [
+            '"',
+            "'''",
+            '"""',
+            "]]",
+            "[x]\nversion = 1",
+            "a\nb = 1",
+            "\\",
+            "#",
+            "\x00",
+            "\u2028",
+            "---\nkind: Secret",
+            "{{ x }}",
+            "${X}",
+            "\ufeff",
+            "é\U0001f600",
+            'key = "v"\n[t]',
+        ]
+    ),
+)
+
+
+def _profile(image: str, pattern: str, key: str, value: str, path: str, addr: str) -> Any:
+    return parse_profile(
+        profile_document(
+            "hostile",
+            sandbox={"image": image},
+            annotations={"pod": [pattern], "container": [pattern, value]},
+            containerd={
+                "runtimePath": path,
+                "options": {
+                    "DefaultContainerAnnotations": {key: value},
+                    "NCProxyAddr": addr,
+                    "BootFilesRootPath": image,
+                },
+            },
+            canary={"image": value},
+        )
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    image=hostile,
+    pattern=hostile,
+    key=st.one_of(hostile, st.just("")),
+    value=hostile,
+    path=hostile,
+    addr=hostile,
+)
+def test_free_text_round_trips_through_toml(
+    image: str, pattern: str, key: str, value: str, path: str, addr: str
+) -> None:
+    rendered = render_all([_profile(image, pattern, key, value, path, addr)])
+    for version, document in rendered.containerd_toml.items():
+        parsed = tomllib.loads(document)
+        assert set(parsed) == {"version", "plugins"}
+        assert parsed["version"] == version
+        (plugin,) = parsed["plugins"].values()
+        assert list(plugin) == ["containerd"]
+        assert list(plugin["containerd"]) == ["runtimes"]
+        assert list(plugin["containerd"]["runtimes"]) == ["hostile"]
+        table = plugin["containerd"]["runtimes"]["hostile"]
+        assert set(table) == {
+            "runtime_type",
+            "runtime_path",
+            "pod_annotations",
+            "container_annotations",
+            "options",
+        }
+        assert table["runtime_path"] == path
+        assert table["pod_annotations"] == [pattern]
+        assert table["container_annotations"] == [pattern, value]
+        options = table["options"]
+        assert options["SandboxImage"] == image
+        assert options["BootFilesRootPath"] == image
+        assert options["NCProxyAddr"] == addr
+        assert options["DefaultContainerAnnotations"] == {key: value}
+        assert len(options) == 9
+
+
+@settings(max_examples=150, deadline=None)
+@given(image=hostile, pattern=hostile, key=hostile, value=hostile, path=hostile, addr=hostile)
+def test_free_text_round_trips_through_yaml_and_the_plan(
+    image: str, pattern: str, key: str, value: str, path: str, addr: str
+) -> None:
+    rendered = render_all([_profile(image, pattern, key, value, path, addr)])
+    documents = [*rendered.runtime_classes, plan_config_map(rendered.plan, "wcow-system")]
+    text = dump_yaml_documents(documents)
+    loaded = list(yaml.safe_load_all(text))
+    assert loaded == documents  # same documents, same keys, same values
+    plan = json.loads(loaded[-1]["data"]["plan.json"])
+    assert plan == rendered.plan
+    runtime = plan["handlers"]["hostile"]["runtime"]
+    assert runtime["options"]["SandboxImage"] == image
+    assert runtime["options"]["DefaultContainerAnnotations"] == {key: value}
+    assert plan["handlers"]["hostile"]["canary"]["image"] == value
