@@ -19,6 +19,7 @@ import yaml
 
 from wcow_operator.api.crd import custom_resource_definition
 from wcow_operator.api.errors import ProfileInvalidError, parse_profile
+from wcow_operator.api.reference import markdown_reference
 from wcow_operator.api.v1alpha1 import API_VERSION, KIND, WindowsRuntimeProfile
 from wcow_operator.render.bundle import ProfileConflictError, Rendered, render_all
 from wcow_operator.render.plan import dump_plan, plan_config_map
@@ -187,8 +188,8 @@ def crd_yaml() -> str:
     return CRD_HEADER + dump_yaml(custom_resource_definition())
 
 
-def cmd_crd(_args: argparse.Namespace) -> int:
-    sys.stdout.write(crd_yaml())
+def cmd_crd(args: argparse.Namespace) -> int:
+    sys.stdout.write(markdown_reference() if args.reference else crd_yaml())
     return 0
 
 
@@ -222,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate.set_defaults(func=cmd_validate)
 
     crd = commands.add_parser("crd", help="print the WindowsRuntimeProfile CRD")
+    crd.add_argument(
+        "--reference", action="store_true", help="print the field reference as Markdown instead"
+    )
     crd.set_defaults(func=cmd_crd)
     return parser
 

@@ -2,8 +2,8 @@
 
 The table of one handler is plain data (``runtime_table``); it is the same for every config
 schema version, only the path of the ``runtimes`` map differs (``RUNTIMES_PATH``). TOML is
-produced by tomlkit from that data and parsed back with tomllib before it is returned, so no
-profile value can change the document's structure.
+produced by a serializer (tomli-w) from that data and parsed back with tomllib before it is
+returned, so no profile value can change the document's structure.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import tomllib
 from collections.abc import Mapping
 from typing import Any
 
-import tomlkit
-from tomlkit.items import Table
+import tomli_w
 
 from wcow_operator.api.runhcs_options import DEBUG_TYPE_ETW, DEBUG_TYPE_NPIPE
 from wcow_operator.api.v1alpha1 import UVM_DEFAULT_MEMORY_MB, UVM_DEFAULT_PROCESSORS
@@ -86,24 +85,8 @@ def runtime_table(profile: Profile) -> dict[str, Any]:
     return table
 
 
-def toml_table(data: Mapping[str, Any]) -> Table:
-    """A tomlkit table from data: scalars and arrays first, then sub-tables, keys sorted."""
-    table = tomlkit.table()
-    scalars = {k: v for k, v in data.items() if not isinstance(v, Mapping)}
-    tables = {k: v for k, v in data.items() if isinstance(v, Mapping)}
-    for key in sorted(scalars):
-        table.add(key, tomlkit.item(scalars[key]))
-    for key in sorted(tables):
-        table.add(key, toml_table(tables[key]))
-    return table
-
-
-def _nest(path: tuple[str, ...], leaf: Table) -> Table:
-    for name in reversed(path):
-        parent = tomlkit.table(is_super_table=True)
-        parent.add(name, leaf)
-        leaf = parent
-    return leaf
+def _sorted(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _sorted(v) if isinstance(v, Mapping) else v for k, v in sorted(data.items())}
 
 
 def runtimes_document(tables: Mapping[str, Mapping[str, Any]], version: int) -> dict[str, Any]:
@@ -132,19 +115,10 @@ def render_containerd_toml(tables: Mapping[str, Mapping[str, Any]], version: int
             f"containerd config version {version} is not supported: use one of "
             f"{', '.join(map(str, CONFIG_VERSIONS))}"
         )
-    document = tomlkit.document()
-    for line in HEADER:
-        document.add(tomlkit.comment(line))
-    document.add("version", version)
-    if tables:
-        runtimes = tomlkit.table(is_super_table=True)
-        for handler in sorted(tables):
-            runtimes.add(handler, toml_table(tables[handler]))
-        document.add(tomlkit.nl())
-        path = RUNTIMES_PATH[version]
-        document.add(path[0], _nest(path[1:], runtimes))
-    text = tomlkit.dumps(document)
     expected = runtimes_document(tables, version)
+    # tomli-w writes values only through its escaping serializer; it is ~30x faster than
+    # tomlkit for whole documents (tomlkit is for round-tripping a user's file).
+    text = "".join(f"# {line}\n" for line in HEADER) + tomli_w.dumps(_sorted(expected))
     if tomllib.loads(text) != expected:
         raise RenderError(f"containerd TOML (version {version}) does not parse back to its data")
     return text
