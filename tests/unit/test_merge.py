@@ -1,0 +1,186 @@
+"""Merging handlers into users' config.toml files: only owned tables change, reruns write
+nothing, removal restores the file, conflicts are left alone, bad files are refused."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import MakeProfile
+from wcow_agent.merge import (
+    BUILTIN_RUNTIMES_1_6,
+    MARKER,
+    ConfigError,
+    merge_config,
+)
+from wcow_operator.render.containerd import RUNTIMES_PATH, runtime_table
+
+CONFIGS = Path(__file__).resolve().parent.parent / "fixtures" / "configs"
+EDITABLE = sorted(p for p in CONFIGS.glob("*.toml") if not p.name.startswith("v1"))
+
+
+@pytest.fixture
+def desired(make_profile: MakeProfile) -> dict[str, dict[str, Any]]:
+    return {
+        "hv": runtime_table(make_profile("hv", vm={"memoryMB": 2048})),
+        "proc": runtime_table(make_profile("proc", isolation="Process")),
+    }
+
+
+def runtimes_of(text: str) -> dict[str, Any]:
+    document = tomllib.loads(text)
+    node: Any = document
+    for name in RUNTIMES_PATH[document["version"]]:
+        node = node.get(name, {})
+    return dict(node)
+
+
+def without(text: str, handlers: set[str]) -> dict[str, Any]:
+    """The parsed file with these handlers taken out, to compare everything else."""
+    document = tomllib.loads(text)
+    node: Any = document
+    for name in RUNTIMES_PATH[document["version"]]:
+        node = node.setdefault(name, {})
+    for handler in handlers:
+        node.pop(handler, None)
+    return document
+
+
+@pytest.mark.parametrize("config", EDITABLE, ids=lambda p: p.name)
+def test_apply_rerun_and_remove(config: Path, desired: dict[str, dict[str, Any]]) -> None:
+    original = config.read_text(encoding="utf-8")
+    applied = merge_config(original, desired, {})
+    assert applied.added[:2] == ["hv", "proc"]
+    assert runtimes_of(applied.text)["hv"] == desired["hv"]
+    assert runtimes_of(applied.text)["proc"] == desired["proc"]
+    # Every byte of the user's file is still there, in order (we only insert).
+    assert _is_subsequence(original.splitlines(), applied.text.splitlines())
+    # Nothing else changed in meaning either.
+    assert without(applied.text, set(applied.owned)) == without(original, set())
+
+    rerun = merge_config(applied.text, desired, applied.owned)
+    assert rerun.text == applied.text
+    assert (rerun.added, rerun.updated, rerun.removed) == ([], [], [])
+
+    removed = merge_config(applied.text, {}, applied.owned, pristine=original)
+    assert removed.text == original
+    assert removed.owned == {}
+    # Without the pristine copy the result still means the same as the original.
+    assert tomllib.loads(merge_config(applied.text, {}, applied.owned).text) == tomllib.loads(
+        original
+    )
+
+
+def _is_subsequence(small: list[str], big: list[str]) -> bool:
+    iterator = iter(big)
+    return all(line in iterator for line in small)
+
+
+def test_changed_profile_updates_only_its_table(
+    make_profile: MakeProfile, desired: dict[str, dict[str, Any]]
+) -> None:
+    original = (CONFIGS / "v2-user-runtimes.toml").read_text()
+    applied = merge_config(original, desired, {})
+    bigger = {**desired, "hv": runtime_table(make_profile("hv", vm={"memoryMB": 8192}))}
+    updated = merge_config(applied.text, bigger, applied.owned)
+    assert updated.updated == ["hv"]
+    assert runtimes_of(updated.text)["hv"]["options"]["VmMemorySizeInMb"] == 8192
+    assert runtimes_of(updated.text)["team-secure"] == runtimes_of(original)["team-secure"]
+
+
+def test_drift_in_an_owned_table_is_repaired(desired: dict[str, dict[str, Any]]) -> None:
+    original = (CONFIGS / "v3-containerd-2.1-default.toml").read_text()
+    applied = merge_config(original, desired, {})
+    tampered = applied.text.replace("VmMemorySizeInMb = 2048", "VmMemorySizeInMb = 512")
+    assert tampered != applied.text
+    repaired = merge_config(tampered, desired, applied.owned)
+    assert repaired.updated == ["hv"]
+    assert repaired.text == applied.text
+
+
+def test_lost_state_is_recovered_from_the_marker(desired: dict[str, dict[str, Any]]) -> None:
+    original = (CONFIGS / "v2-containerd-1.7-default.toml").read_text()
+    applied = merge_config(original, desired, {})
+    assert applied.text.count(MARKER) == 2
+    removed = merge_config(applied.text, {}, {})
+    assert removed.text == original
+
+
+def test_a_table_the_agent_did_not_write_is_a_conflict(make_profile: MakeProfile) -> None:
+    original = (CONFIGS / "v2-user-runtimes.toml").read_text()
+    mine = runtime_table(make_profile("team-secure"))
+    result = merge_config(original, {"team-secure": mine}, {})
+    assert "team-secure" in result.conflicts
+    assert "did not write" in result.conflicts["team-secure"]
+    assert result.text == original
+    assert result.owned == {}
+
+
+def test_version_1_is_refused_with_what_to_do(desired: dict[str, dict[str, Any]]) -> None:
+    with pytest.raises(ConfigError, match="containerd config migrate"):
+        merge_config((CONFIGS / "v1-legacy.toml").read_text(), desired, {})
+
+
+def test_broken_toml_is_refused(desired: dict[str, dict[str, Any]]) -> None:
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        merge_config("version = 2\n[plugins\n", desired, {})
+
+
+def test_v2_file_gaining_its_first_runtime_keeps_containerds_defaults(
+    desired: dict[str, dict[str, Any]],
+) -> None:
+    applied = merge_config("version = 2\n", desired, {}, BUILTIN_RUNTIMES_1_6)
+    runtimes = runtimes_of(applied.text)
+    assert runtimes["runhcs-wcow-process"] == {"runtime_type": "io.containerd.runhcs.v1"}
+    assert applied.owned["runhcs-wcow-process"] == "seeded"
+    # still seeded, not duplicated, on rerun; gone with the last handler
+    rerun = merge_config(applied.text, desired, applied.owned, BUILTIN_RUNTIMES_1_6)
+    assert rerun.text == applied.text
+    emptied = merge_config(applied.text, {}, applied.owned, BUILTIN_RUNTIMES_1_6, "version = 2\n")
+    assert emptied.text == "version = 2\n"
+
+
+def test_v2_file_without_its_default_runtime_is_refused(
+    desired: dict[str, dict[str, Any]],
+) -> None:
+    broken = (
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.other]\n'
+        'runtime_type = "io.containerd.runhcs.v1"\n'
+    )
+    with pytest.raises(ConfigError, match="default runtime 'runhcs-wcow-process'"):
+        merge_config(broken, desired, {})
+
+
+@pytest.mark.skipif(shutil.which("containerd") is None, reason="containerd is not installed")
+@pytest.mark.parametrize(
+    "config", [p for p in EDITABLE if p.name.startswith("v2")], ids=lambda p: p.name
+)
+def test_merged_v2_files_load_in_containerd_with_the_default_runtime(
+    config: Path, desired: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    merged = tmp_path / "config.toml"
+    merged.write_text(merge_config(config.read_text(), desired, {}).text)
+    dump = subprocess.run(
+        ["containerd", "--config", str(merged), "config", "dump"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert dump.returncode == 0, dump.stderr
+    cri = tomllib.loads(dump.stdout)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    # Debian's build defaults to runc; on Windows the file's name or runhcs-wcow-process.
+    windows_default = (
+        tomllib.loads(config.read_text())
+        .get("plugins", {})
+        .get("io.containerd.grpc.v1.cri", {})
+        .get("containerd", {})
+        .get("default_runtime_name", "runhcs-wcow-process")
+    )
+    assert windows_default in cri["runtimes"]
+    assert cri["runtimes"]["hv"]["options"] == desired["hv"]["options"]
