@@ -35,6 +35,10 @@ demo: install
 	@echo
 	@echo "== the plan the node agents apply ($(DEMO)/plan.json): handlers and hash"
 	@$(BIN)/python -c "import json,sys; p=json.load(open('$(DEMO)/plan.json')); print('\n'.join(sorted(p['handlers'])), p['hash'], sep='\n')"
+	@echo
+	@echo "== merged into a containerd 1.7 config.toml on a Windows Server 2022 host (10.0.20348)"
+	@cp examples/containerd-1.7-windows-config.toml $(DEMO)/config.toml
+	@$(BIN)/wcow-agent merge --config $(DEMO)/config.toml --plan $(DEMO)/plan.json --host-build 10.0.20348
 
 # containerd from Debian lets the tests load rendered configs for real; without root or
 # apt the tests that need it skip and say why.
@@ -63,9 +67,11 @@ unit: install containerd
 
 test: lint types imports unit
 
-# Regenerate the checked-in CRD from the model (a test fails when they differ).
+# Regenerate the checked-in CRD and the README's field reference from the model (tests fail
+# when either drifts).
 crds: install
 	$(BIN)/wcow crd > crds/runtime.wcow.dev_windowsruntimeprofiles.yaml
+	$(BIN)/python -c "import re,pathlib,subprocess; p=pathlib.Path('README.md'); ref=subprocess.run(['$(BIN)/wcow','crd','--reference'],capture_output=True,text=True,check=True).stdout; s=p.read_text(); a='<!-- crd-reference:start -->\n'; b='<!-- crd-reference:end -->'; p.write_text(s[:s.index(a)+len(a)]+ref+s[s.index(b):])"
 
 clean:
 	rm -rf $(VENV) $(TOOLS) out .mypy_cache .ruff_cache .pytest_cache
