@@ -8,13 +8,13 @@ the format cannot drift between them.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 AGENT_STATUS_ANNOTATION = "runtime.wcow.dev/agent-status"
-AGENT_STATUS_SCHEMA_VERSION = 1
+AGENT_STATUS_SCHEMA_VERSION: Final = 1
 
 HandlerState = Literal["Ready", "Failed", "Pending", "NotEligible", "Conflict"]
 
