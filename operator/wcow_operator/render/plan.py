@@ -104,5 +104,6 @@ def plan_config_map(plan: Mapping[str, Any], namespace: str) -> dict[str, Any]:
             },
             "annotations": {PLAN_HASH_ANNOTATION: plan["hash"]},
         },
-        "data": {PLAN_KEY: dump_plan(plan)},
+        # Compact JSON: a ConfigMap holds at most 1 MiB, and agents parse it anyway.
+        "data": {PLAN_KEY: canonical_json(plan).decode("utf-8")},
     }

@@ -1,0 +1,1 @@
+"""Pure reconcile: observed objects in, writes out (no kopf, no kubernetes client)."""

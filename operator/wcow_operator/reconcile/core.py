@@ -1,0 +1,491 @@
+"""The one reconcile: observed cluster + profiles -> the writes that make them match.
+
+Pure: no API calls, no clock (``now`` is passed in). Called for every event and on a timer;
+with nothing changed it returns no writes and no events.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from wcow_operator.api.conditions import (
+    NODES_READY,
+    READY,
+    RUNTIME_CLASS_READY,
+    VALID,
+    find_condition,
+    set_condition,
+)
+from wcow_operator.api.errors import ProfileInvalidError, parse_profile
+from wcow_operator.api.v1alpha1 import (
+    Condition,
+    ConditionStatus,
+    NodeCounts,
+    WindowsRuntimeProfile,
+    WindowsRuntimeProfileStatus,
+)
+from wcow_operator.reconcile.model import (
+    FINALIZER,
+    EventNote,
+    Observed,
+    ObservedProfile,
+    Outcome,
+    Write,
+)
+from wcow_operator.reconcile.nodes import NodeSummary, describe, summarize
+from wcow_operator.render.plan import (
+    PLAN_HASH_ANNOTATION,
+    PLAN_KEY,
+    build_plan,
+    plan_config_map,
+    plan_entry,
+)
+from wcow_operator.render.runtimeclass import (
+    PROFILE_LABEL,
+    common_labels,
+    render_runtime_class,
+)
+
+PLANNED = "Planned"
+CONFIGMAP_LIMIT = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ReconcileSettings:
+    namespace: str
+    require_node_gating: bool = False
+    plan_warn_bytes: int = CONFIGMAP_LIMIT // 2
+    plan_max_bytes: int = CONFIGMAP_LIMIT * 9 // 10
+
+
+@dataclass
+class _Profile:
+    """Working state of one live profile during a pass."""
+
+    observed: ObservedProfile
+    model: WindowsRuntimeProfile | None = None
+    problems: list[str] = field(default_factory=list)
+    last_good: tuple[str, dict[str, Any]] | None = None  # (handler, plan entry)
+    planned: tuple[ConditionStatus, str, str] = ("Unknown", "Pending", "")
+    runtime_class: tuple[ConditionStatus, str, str] = ("Unknown", "Pending", "")
+    owns_runtime_class: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.observed.name
+
+    @property
+    def claimed_handler(self) -> str | None:
+        if self.model is not None:
+            return self.model.handler
+        return self.last_good[0] if self.last_good else None
+
+
+def _parse(observed: ObservedProfile, settings: ReconcileSettings) -> _Profile:
+    state = _Profile(observed)
+    try:
+        state.model = parse_profile(observed.body)
+    except ProfileInvalidError as invalid:
+        state.problems = [str(problem) for problem in invalid.problems]
+        return state
+    if settings.require_node_gating and not state.model.spec.scheduling.require_ready_label:
+        state.problems = [
+            "spec.scheduling.requireReadyLabel: must be true: this cluster's operator runs "
+            "with --require-node-gating (got False)"
+        ]
+        state.model = None
+    return state
+
+
+def _last_good(plan: Mapping[str, Any] | None) -> dict[str, tuple[str, dict[str, Any]]]:
+    """profile name -> (handler, entry) of what the current plan holds for it."""
+    found: dict[str, tuple[str, dict[str, Any]]] = {}
+    for handler, entry in ((plan or {}).get("handlers") or {}).items():
+        if isinstance(entry, dict) and isinstance(entry.get("profile"), str):
+            found[entry["profile"]] = (handler, entry)
+    return found
+
+
+def owned_by(runtime_class: Mapping[str, Any], profile: ObservedProfile) -> bool:
+    """Ours if it has a controller reference to this profile, or (rendered by `wcow render`
+    before the operator ran) no controller at all and our labels naming this profile."""
+    metadata = runtime_class.get("metadata", {})
+    controllers = [r for r in metadata.get("ownerReferences") or [] if r.get("controller")]
+    if controllers:
+        return any(r.get("uid") == profile.uid for r in controllers)
+    labels = metadata.get("labels") or {}
+    return labels.get(PROFILE_LABEL) == profile.name and labels.get(
+        "app.kubernetes.io/managed-by"
+    ) == common_labels(profile.name).get("app.kubernetes.io/managed-by")
+
+
+def _merged_runtime_class(
+    desired: dict[str, Any], observed: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The desired RuntimeClass, keeping labels, annotations and owner references others
+    added (ours win on conflict), and the observed resourceVersion for a safe replace."""
+    if observed is None:
+        return desired
+    metadata = observed.get("metadata", {})
+    merged: dict[str, Any] = json.loads(json.dumps(desired))
+    merged_meta = merged["metadata"]
+    merged_meta["labels"] = {**(metadata.get("labels") or {}), **merged_meta["labels"]}
+    if metadata.get("annotations"):
+        merged_meta["annotations"] = dict(metadata["annotations"])
+    ours = merged_meta.get("ownerReferences", [])
+    others = [
+        r
+        for r in metadata.get("ownerReferences") or []
+        if not any(r.get("uid") == o["uid"] for o in ours)
+    ]
+    if ours or others:
+        merged_meta["ownerReferences"] = [*others, *ours]
+    if "resourceVersion" in metadata:
+        merged_meta["resourceVersion"] = metadata["resourceVersion"]
+    return merged
+
+
+def _differs(desired: Mapping[str, Any], observed: Mapping[str, Any]) -> bool:
+    def view(body: Mapping[str, Any]) -> dict[str, Any]:
+        metadata = body.get("metadata", {})
+        return {
+            "handler": body.get("handler"),
+            "overhead": body.get("overhead"),
+            "scheduling": body.get("scheduling"),
+            "labels": metadata.get("labels") or {},
+            "annotations": metadata.get("annotations") or {},
+            "ownerReferences": metadata.get("ownerReferences") or [],
+        }
+
+    return view(desired) != view(observed)
+
+
+def _runtime_class_writes(
+    state: _Profile, observed_rc: dict[str, Any] | None, events: list[EventNote]
+) -> list[Write]:
+    profile = state.observed
+    assert state.model is not None
+    desired = render_runtime_class(state.model)
+    if observed_rc is None:
+        state.runtime_class = ("True", "RuntimeClassApplied", "")
+        state.owns_runtime_class = True
+        events.append(
+            _event(
+                profile,
+                "Normal",
+                "RuntimeClassCreated",
+                f"created RuntimeClass {profile.name} (handler {desired['handler']})",
+            )
+        )
+        return [Write("create-runtime-class", profile.name, desired)]
+    if not owned_by(observed_rc, profile):
+        state.runtime_class = (
+            "False",
+            "RuntimeClassConflict",
+            f"a RuntimeClass named {profile.name} exists and is not owned by this profile; "
+            "it is left alone. Delete it or rename the profile",
+        )
+        return []
+    state.runtime_class = ("True", "RuntimeClassApplied", "")
+    state.owns_runtime_class = True
+    merged = _merged_runtime_class(desired, observed_rc)
+    if observed_rc.get("handler") != desired["handler"]:
+        events.append(
+            _event(
+                profile,
+                "Normal",
+                "RuntimeClassReplaced",
+                f"handler changed from {observed_rc.get('handler')} to {desired['handler']}: "
+                "the RuntimeClass was deleted and created again (handler is immutable); running "
+                "pods keep their handler, new pods get the new one",
+            )
+        )
+        fresh = json.loads(json.dumps(merged))
+        fresh["metadata"].pop("resourceVersion", None)
+        return [Write("recreate-runtime-class", profile.name, fresh, observed=observed_rc)]
+    if _differs(merged, observed_rc):
+        drift = profile.status.get("observedGeneration") == profile.generation
+        reason, verb = (
+            ("RuntimeClassRestored", "restored") if drift else ("RuntimeClassUpdated", "updated")
+        )
+        events.append(_event(profile, "Normal", reason, f"{verb} RuntimeClass {profile.name}"))
+        return [Write("replace-runtime-class", profile.name, merged, observed=observed_rc)]
+    return []
+
+
+def _event(profile: ObservedProfile, type_: str, reason: str, message: str) -> EventNote:
+    return EventNote(
+        profile.name, profile.uid, "Warning" if type_ == "Warning" else "Normal", reason, message
+    )
+
+
+def _compact(plan: Mapping[str, Any]) -> int:
+    return len(plan_config_map(plan, "x")["data"][PLAN_KEY].encode("utf-8"))
+
+
+def _plan_entries(
+    live: list[_Profile], conflicts: dict[str, list[str]]
+) -> dict[str, dict[str, Any]]:
+    entries: dict[str, dict[str, Any]] = {}
+    for state in live:
+        handler = state.claimed_handler
+        if handler is None:
+            state.planned = ("False", "InvalidSpec", "not in the plan until the spec is valid")
+            continue
+        if handler in conflicts:
+            others = [n for n in conflicts[handler] if n != state.name]
+            state.planned = (
+                "False",
+                "HandlerConflict",
+                f"handler {handler!r} is also claimed by {', '.join(others)}; none of them is "
+                "in the plan until only one claims it",
+            )
+            continue
+        if state.model is not None:
+            entries[handler] = plan_entry(state.model)
+            state.planned = ("True", "InPlan", f"handler {handler} is in the plan")
+        elif state.last_good is not None:
+            entries[handler] = state.last_good[1]
+            generation = state.last_good[1].get("generation")
+            state.planned = (
+                "True",
+                "LastGoodKept",
+                f"the spec is invalid; the last valid version (generation {generation}) "
+                "stays in the plan",
+            )
+    return entries
+
+
+def _fit_plan(
+    entries: dict[str, dict[str, Any]],
+    observed_plan: Mapping[str, Any] | None,
+    live: list[_Profile],
+    settings: ReconcileSettings,
+) -> dict[str, Any]:
+    """The plan to write; when it would pass the size limit, new and changed entries wait
+    (the nodes keep what they have) and their profiles say why."""
+    plan = build_plan(entries)
+    size = _compact(plan)
+    if size <= settings.plan_max_bytes:
+        return plan
+    previous = (observed_plan or {}).get("handlers") or {}
+    kept = {h: e for h, e in entries.items() if previous.get(h) == e}
+    message = (
+        f"the plan would be {size} bytes, over the {settings.plan_max_bytes}-byte limit "
+        "(a ConfigMap holds 1 MiB); new and changed profiles wait. Remove unused profiles"
+    )
+    for state in live:
+        handler = state.claimed_handler
+        if handler in entries and handler not in kept:
+            state.planned = ("False", "PlanTooLarge", message)
+    return build_plan(kept)
+
+
+def _nodes_condition(nodes: NodeSummary) -> tuple[ConditionStatus, str, str]:
+    message = describe(nodes)
+    if nodes.eligible == 0:
+        return "False", "NoEligibleNodes", message
+    if nodes.ready == nodes.eligible:
+        return "True", "AllEligibleNodesReady", message
+    if nodes.failed:
+        return "False", "NodesFailed", message
+    return "False", "NodesPending", message
+
+
+def _conditions(state: _Profile, nodes: NodeSummary, now: datetime) -> list[Condition]:
+    try:
+        current = WindowsRuntimeProfileStatus.model_validate(state.observed.status).conditions
+    except ValidationError:
+        current = []
+    generation = state.observed.generation
+    if state.model is not None:
+        valid: tuple[ConditionStatus, str, str] = ("True", "SpecValid", "")
+    else:
+        valid = ("False", "InvalidSpec", "; ".join(state.problems))
+    if state.model is None and state.runtime_class[1] == "Pending":
+        state.runtime_class = (
+            ("True", "LastGoodKept", "the spec is invalid; the RuntimeClass is left as it was")
+            if state.owns_runtime_class
+            else ("False", "InvalidSpec", "no RuntimeClass until the spec is valid")
+        )
+    rows = [
+        (VALID, valid),
+        (PLANNED, state.planned),
+        (RUNTIME_CLASS_READY, state.runtime_class),
+        (NODES_READY, _nodes_condition(nodes)),
+    ]
+    # Ungated profiles send pods to nodes regardless of agents, so nodes do not gate Ready.
+    gated = state.model.spec.scheduling.require_ready_label if state.model else True
+    blocking = [
+        (type_, reason)
+        for type_, (status, reason, _) in rows
+        if status != "True" and (type_ != NODES_READY or gated)
+    ]
+    if blocking:
+        type_, reason = blocking[0]
+        ready: tuple[ConditionStatus, str, str] = ("False", reason, f"{type_} is not True")
+    else:
+        ready = ("True", "Ready", "the RuntimeClass is applied and its handler is ready")
+    rows.append((READY, ready))
+    conditions = list(current)
+    for type_, (status, reason, message) in rows:
+        conditions = set_condition(
+            conditions,
+            type_,
+            status=status,
+            reason=reason,
+            message=message,
+            observed_generation=generation,
+            now=now,
+        )
+    order = [row[0] for row in rows]
+    return sorted(conditions, key=lambda c: order.index(c.type) if c.type in order else 99)
+
+
+def _status(state: _Profile, nodes: NodeSummary, now: datetime) -> dict[str, Any]:
+    status = WindowsRuntimeProfileStatus(
+        observed_generation=state.observed.generation,
+        conditions=_conditions(state, nodes, now),
+        handler=state.claimed_handler,
+        runtime_class_name=state.name if state.owns_runtime_class else None,
+        nodes=NodeCounts(eligible=nodes.eligible, ready=nodes.ready, failed=nodes.failed),
+        failures=nodes.failures,
+    )
+    return status.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def _normalized(status: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        model = WindowsRuntimeProfileStatus.model_validate(status)
+    except ValidationError:
+        return {"unreadable": True}
+    return model.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def _transition_events(
+    state: _Profile, before: list[Condition], after: list[Condition]
+) -> list[EventNote]:
+    events = []
+    profile = state.observed
+    for type_ in (VALID, PLANNED, RUNTIME_CLASS_READY):
+        old, new = find_condition(before, type_), find_condition(after, type_)
+        if new is None or (
+            old is not None
+            and (old.status, old.reason, old.message) == (new.status, new.reason, new.message)
+        ):
+            continue
+        if new.status == "False" and new.reason != "Pending":
+            events.append(_event(profile, "Warning", new.reason, new.message or new.reason))
+        elif type_ == VALID and old is not None and old.status == "False":
+            events.append(_event(profile, "Normal", "SpecValid", "the spec is valid again"))
+    return events
+
+
+def _live_writes(
+    live: list[_Profile],
+    conflicts: Mapping[str, list[str]],
+    observed: Observed,
+    events: list[EventNote],
+) -> list[Write]:
+    writes: list[Write] = []
+    for state in live:
+        profile = state.observed
+        if FINALIZER not in profile.finalizers:
+            writes.append(Write("add-finalizer", profile.name, observed=profile.body))
+        observed_rc = observed.runtime_classes.get(profile.name)
+        ours = observed_rc is not None and owned_by(observed_rc, profile)
+        if state.claimed_handler in conflicts:
+            state.runtime_class = ("False", "HandlerConflict", state.planned[2])
+            state.owns_runtime_class = ours
+        elif state.model is not None:
+            writes += _runtime_class_writes(state, observed_rc, events)
+        else:
+            state.owns_runtime_class = ours
+    return writes
+
+
+def _plan_writes(plan: dict[str, Any], observed: Observed, namespace: str) -> list[Write]:
+    config_map = plan_config_map(plan, namespace)
+    current = observed.plan_config_map or {}
+    same_data = (current.get("data") or {}).get(PLAN_KEY) == config_map["data"][PLAN_KEY]
+    annotations = (current.get("metadata") or {}).get("annotations") or {}
+    if same_data and annotations.get(PLAN_HASH_ANNOTATION) == plan["hash"]:
+        return []
+    name = config_map["metadata"]["name"]
+    return [Write("write-plan", name, config_map, observed=observed.plan_config_map)]
+
+
+def _deletion_writes(observed: Observed) -> list[Write]:
+    """Deleting profiles: their RuntimeClass and finalizer go once the plan is written."""
+    writes: list[Write] = []
+    for profile in observed.profiles:
+        if not profile.deleting or FINALIZER not in profile.finalizers:
+            continue
+        observed_rc = observed.runtime_classes.get(profile.name)
+        if observed_rc is not None and owned_by(observed_rc, profile):
+            writes.append(
+                Write("delete-runtime-class", profile.name, observed=observed_rc, after_plan=True)
+            )
+        writes.append(
+            Write("remove-finalizer", profile.name, observed=profile.body, after_plan=True)
+        )
+    return writes
+
+
+def _status_writes(
+    live: list[_Profile],
+    observed: Observed,
+    now: datetime,
+    statuses: dict[str, dict[str, Any]],
+    events: list[EventNote],
+) -> list[Write]:
+    writes: list[Write] = []
+    for state in live:
+        handler = state.claimed_handler
+        nodes = summarize(handler, observed.nodes) if handler else NodeSummary()
+        status = _status(state, nodes, now)
+        statuses[state.name] = status
+        before = _normalized(state.observed.status)
+        if before == status:
+            continue
+        writes.append(
+            Write("patch-status", state.name, {"status": status}, observed=state.observed.body)
+        )
+        old = (
+            []
+            if "unreadable" in before
+            else WindowsRuntimeProfileStatus.model_validate(before).conditions
+        )
+        new = WindowsRuntimeProfileStatus.model_validate(status).conditions
+        events += _transition_events(state, old, new)
+    return writes
+
+
+def reconcile(observed: Observed, settings: ReconcileSettings, now: datetime) -> Outcome:
+    """Everything to write for the observed state, in the phases the controller runs."""
+    last_good = _last_good(observed.plan)
+    live = [_parse(p, settings) for p in observed.profiles if not p.deleting]
+    claims: dict[str, list[str]] = defaultdict(list)
+    for state in live:
+        state.last_good = last_good.get(state.name)
+        if state.claimed_handler is not None:
+            claims[state.claimed_handler].append(state.name)
+    conflicts = {h: sorted(names) for h, names in claims.items() if len(names) > 1}
+
+    plan = _fit_plan(_plan_entries(live, conflicts), observed.plan, live, settings)
+    events: list[EventNote] = []
+    statuses: dict[str, dict[str, Any]] = {}
+    writes = _live_writes(live, conflicts, observed, events)
+    writes += _plan_writes(plan, observed, settings.namespace)
+    writes += _deletion_writes(observed)
+    writes += _status_writes(live, observed, now, statuses, events)
+    return Outcome(
+        writes=writes, events=events, statuses=statuses, plan=plan, plan_bytes=_compact(plan)
+    )

@@ -1,0 +1,120 @@
+"""What the controller observed, and the writes that would make the cluster match the profiles.
+
+Plain data only: the reconcile functions turn an ``Observed`` into a ``Plan`` of ``Write``s,
+and the controller executes them through the Kubernetes adapter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+FINALIZER = "runtime.wcow.dev/cleanup"
+
+
+@dataclass(frozen=True)
+class ObservedProfile:
+    """A WindowsRuntimeProfile as read from the API (``body`` is the raw object)."""
+
+    body: dict[str, Any]
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        metadata: dict[str, Any] = self.body.get("metadata", {})
+        return metadata
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata["name"])
+
+    @property
+    def uid(self) -> str:
+        return str(self.metadata.get("uid", ""))
+
+    @property
+    def generation(self) -> int | None:
+        generation = self.metadata.get("generation")
+        return generation if isinstance(generation, int) else None
+
+    @property
+    def deleting(self) -> bool:
+        return self.metadata.get("deletionTimestamp") is not None
+
+    @property
+    def finalizers(self) -> list[str]:
+        return list(self.metadata.get("finalizers") or [])
+
+    @property
+    def status(self) -> dict[str, Any]:
+        status = self.body.get("status")
+        return status if isinstance(status, dict) else {}
+
+
+@dataclass(frozen=True)
+class ObservedNode:
+    name: str
+    labels: dict[str, str]
+    agent_status: str | None  # the raw runtime.wcow.dev/agent-status annotation
+
+
+@dataclass(frozen=True)
+class Observed:
+    profiles: list[ObservedProfile]
+    runtime_classes: dict[str, dict[str, Any]]  # by name, raw objects
+    plan: dict[str, Any] | None  # the plan in the ConfigMap, None when absent or unreadable
+    plan_config_map: dict[str, Any] | None  # the raw ConfigMap, None when absent
+    nodes: list[ObservedNode]
+
+
+WriteKind = Literal[
+    "add-finalizer",
+    "create-runtime-class",
+    "replace-runtime-class",
+    "recreate-runtime-class",
+    "write-plan",
+    "delete-runtime-class",
+    "remove-finalizer",
+    "patch-status",
+]
+
+# Writes run phase by phase; a failed plan write stops the phases after it, so a profile's
+# finalizer is never removed while its handler is still in the plan.
+PHASES: tuple[tuple[WriteKind, ...], ...] = (
+    ("add-finalizer",),
+    ("create-runtime-class", "replace-runtime-class", "recreate-runtime-class"),
+    ("write-plan",),
+    ("delete-runtime-class", "remove-finalizer"),
+    ("patch-status",),
+)
+
+
+@dataclass(frozen=True)
+class Write:
+    """One change to make. ``target`` names the object; ``body`` is what to send."""
+
+    kind: WriteKind
+    target: str
+    body: dict[str, Any] = field(default_factory=dict)
+    # For replace/recreate/delete: the observed object (resourceVersion, uid preconditions).
+    observed: dict[str, Any] | None = None
+    after_plan: bool = False  # only if the plan write in this pass succeeded (or none was due)
+
+
+@dataclass(frozen=True)
+class EventNote:
+    """A Kubernetes Event about a profile (posted only when something changed)."""
+
+    profile: str
+    uid: str
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    writes: list[Write]
+    events: list[EventNote]
+    statuses: dict[str, dict[str, Any]]  # profile -> desired status (written or not)
+    plan: dict[str, Any]
+    plan_bytes: int

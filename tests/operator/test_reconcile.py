@@ -1,0 +1,291 @@
+"""The pure reconcile: observed objects in, writes, statuses and events out."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from tests.operator.builders import NAMESPACE, observed, profile_body, windows_node
+from wcow_operator.reconcile.core import ReconcileSettings, reconcile
+from wcow_operator.reconcile.model import FINALIZER, Observed, Outcome, Write
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+SETTINGS = ReconcileSettings(namespace=NAMESPACE)
+
+
+def run(state: Observed, settings: ReconcileSettings = SETTINGS) -> Outcome:
+    return reconcile(state, settings, NOW)
+
+
+def kinds(outcome: Outcome) -> list[tuple[str, str]]:
+    return [(w.kind, w.target) for w in outcome.writes]
+
+
+def apply(state: Observed, outcome: Outcome) -> Observed:
+    """What the cluster looks like after the writes succeeded (a tiny in-memory apiserver)."""
+    profiles = {p.name: p.body for p in state.profiles}
+    runtime_classes = dict(state.runtime_classes)
+    config_map = state.plan_config_map
+    for write in outcome.writes:
+        body = profiles.get(write.target)
+        if write.kind == "add-finalizer" and body is not None:
+            body["metadata"]["finalizers"] = [*body["metadata"]["finalizers"], FINALIZER]
+        elif write.kind in ("create-runtime-class", "replace-runtime-class",
+                            "recreate-runtime-class"):
+            runtime_classes[write.target] = write.body
+        elif write.kind == "delete-runtime-class":
+            runtime_classes.pop(write.target)
+        elif write.kind == "write-plan":
+            config_map = write.body
+        elif write.kind == "remove-finalizer":
+            profiles.pop(write.target)
+        elif write.kind == "patch-status" and body is not None:
+            body["status"] = write.body["status"]
+    return observed(*profiles.values(), runtime_classes=list(runtime_classes.values()),
+                    plan_config_map=config_map, nodes=state.nodes)
+
+
+def converge(state: Observed) -> tuple[Observed, Outcome]:
+    outcome = run(state)
+    return apply(state, outcome), outcome
+
+
+def condition(outcome: Outcome, profile: str, type_: str) -> dict[str, Any]:
+    return next(c for c in outcome.statuses[profile]["conditions"] if c["type"] == type_)
+
+
+def test_new_profile_gets_finalizer_runtime_class_plan_and_status() -> None:
+    outcome = run(observed(profile_body("hv", finalizers=[])))
+    assert kinds(outcome) == [
+        ("add-finalizer", "hv"),
+        ("create-runtime-class", "hv"),
+        ("write-plan", "wcow-runtime-plan"),
+        ("patch-status", "hv"),
+    ]
+    rc = outcome.writes[1].body
+    assert rc["handler"] == "hv"
+    assert rc["metadata"]["ownerReferences"][0]["uid"] == "uid-hv"
+    plan_cm = outcome.writes[2].body
+    assert plan_cm["metadata"]["namespace"] == NAMESPACE
+    assert "hv" in outcome.plan["handlers"]
+    status = outcome.statuses["hv"]
+    assert status["observedGeneration"] == 1
+    assert status["handler"] == "hv"
+    assert status["runtimeClassName"] == "hv"
+    assert condition(outcome, "hv", "Valid")["status"] == "True"
+    assert condition(outcome, "hv", "RuntimeClassReady")["status"] == "True"
+    assert condition(outcome, "hv", "NodesReady")["reason"] == "NoEligibleNodes"
+    assert condition(outcome, "hv", "Ready")["status"] == "False"
+    assert [e.reason for e in outcome.events] == ["RuntimeClassCreated"]
+
+
+def test_steady_state_makes_no_writes_and_no_events() -> None:
+    state, _ = converge(observed(profile_body("hv"), profile_body("p", isolation="Process")))
+    outcome = run(state)
+    assert outcome.writes == []
+    assert outcome.events == []
+
+
+def test_each_runtime_class_field_change_replaces_it() -> None:
+    state, _ = converge(observed(profile_body("hv")))
+    for spec in (
+        {"overhead": {"podFixed": {"cpu": "1"}}},
+        {"scheduling": {"nodeSelector": {"pool": "a"}}},
+        {"scheduling": {"tolerations": [{"key": "os", "operator": "Exists"}]}},
+        {"scheduling": {"requireReadyLabel": False}},
+        {"sandbox": {"platform": "windows/arm64"}},
+    ):
+        body = profile_body("hv", generation=2, status=state.profiles[0].status, **spec)
+        changed = observed(body, runtime_classes=list(state.runtime_classes.values()),
+                           plan_config_map=state.plan_config_map)
+        outcome = run(changed)
+        assert ("replace-runtime-class", "hv") in kinds(outcome), spec
+        replaced = next(w for w in outcome.writes if w.kind == "replace-runtime-class")
+        assert replaced.observed == state.runtime_classes["hv"]
+        assert [e.reason for e in outcome.events if e.reason.startswith("RuntimeClass")] == [
+            "RuntimeClassUpdated"
+        ]
+
+
+def test_handler_change_recreates_the_runtime_class_and_says_so() -> None:
+    state, _ = converge(observed(profile_body("hv")))
+    body = profile_body("hv", generation=2, status=state.profiles[0].status, handler="hv-new")
+    outcome = run(observed(body, runtime_classes=list(state.runtime_classes.values()),
+                           plan_config_map=state.plan_config_map))
+    recreate = next(w for w in outcome.writes if w.kind == "recreate-runtime-class")
+    assert recreate.body["handler"] == "hv-new"
+    assert recreate.observed is not None
+    assert "resourceVersion" not in recreate.body["metadata"]
+    assert set(outcome.plan["handlers"]) == {"hv-new"}
+    replaced = [e for e in outcome.events if e.reason == "RuntimeClassReplaced"]
+    assert "from hv to hv-new" in replaced[0].message
+
+
+def test_hand_edited_runtime_class_is_restored_keeping_foreign_labels() -> None:
+    state, _ = converge(observed(profile_body("hv")))
+    edited = dict(state.runtime_classes["hv"])
+    edited = {**edited, "handler": "hv", "overhead": {"podFixed": {"cpu": "5"}},
+              "metadata": {**edited["metadata"], "resourceVersion": "7",
+                           "labels": {**edited["metadata"]["labels"], "team": "x"}}}
+    outcome = run(observed(*[p.body for p in state.profiles], runtime_classes=[edited],
+                           plan_config_map=state.plan_config_map))
+    assert kinds(outcome) == [("replace-runtime-class", "hv")]
+    body = outcome.writes[0].body
+    assert body["overhead"] == {"podFixed": {"cpu": "100m", "memory": "512Mi"}}
+    assert body["metadata"]["labels"]["team"] == "x"
+    assert body["metadata"]["resourceVersion"] == "7"
+    assert [e.reason for e in outcome.events] == ["RuntimeClassRestored"]
+
+
+def test_deleted_runtime_class_is_created_again() -> None:
+    state, _ = converge(observed(profile_body("hv")))
+    outcome = run(observed(*[p.body for p in state.profiles],
+                           plan_config_map=state.plan_config_map))
+    assert kinds(outcome) == [("create-runtime-class", "hv")]
+
+
+def test_invalid_profile_keeps_last_good_runtime_class_and_plan_entry() -> None:
+    state, _ = converge(observed(profile_body("hv", vm={"memoryMB": 2048})))
+    good_plan = state.plan
+    broken = profile_body("hv", generation=2, status=state.profiles[0].status,
+                          vm={"memoryMB": 2047})
+    outcome = run(observed(broken, runtime_classes=list(state.runtime_classes.values()),
+                           plan_config_map=state.plan_config_map))
+    assert kinds(outcome) == [("patch-status", "hv")]  # no RuntimeClass or plan write
+    assert outcome.plan == good_plan
+    valid = condition(outcome, "hv", "Valid")
+    assert valid["status"] == "False"
+    assert "spec.vm.memoryMB" in valid["message"]
+    assert "2047" in valid["message"]
+    assert condition(outcome, "hv", "Planned")["reason"] == "LastGoodKept"
+    assert condition(outcome, "hv", "Ready")["reason"] == "InvalidSpec"
+    warning = [e for e in outcome.events if e.type == "Warning"]
+    assert warning[0].reason == "InvalidSpec"
+    assert "spec.vm.memoryMB" in warning[0].message
+
+    # Fixing it recovers, with no restart of anything.
+    after = apply(observed(broken, runtime_classes=list(state.runtime_classes.values()),
+                           plan_config_map=state.plan_config_map), outcome)
+    fixed = profile_body("hv", generation=3, status=after.profiles[0].status,
+                         vm={"memoryMB": 4096})
+    recovered = run(observed(fixed, runtime_classes=list(after.runtime_classes.values()),
+                             plan_config_map=after.plan_config_map))
+    assert ("write-plan", "wcow-runtime-plan") in kinds(recovered)
+    assert condition(recovered, "hv", "Valid")["status"] == "True"
+    assert "SpecValid" in [e.reason for e in recovered.events]
+
+
+def test_invalid_new_profile_gets_no_runtime_class_and_no_plan_entry() -> None:
+    outcome = run(observed(profile_body("bad", vm={"memoryMB": 3})))
+    assert ("create-runtime-class", "bad") not in kinds(outcome)
+    assert outcome.plan["handlers"] == {}
+    assert condition(outcome, "bad", "RuntimeClassReady")["reason"] == "InvalidSpec"
+
+
+def test_runtime_class_owned_by_someone_else_is_never_taken_over() -> None:
+    foreign = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+               "metadata": {"name": "hv", "resourceVersion": "3"}, "handler": "other"}
+    outcome = run(observed(profile_body("hv"), runtime_classes=[foreign]))
+    assert not [w for w in outcome.writes if "runtime-class" in w.kind]
+    rc = condition(outcome, "hv", "RuntimeClassReady")
+    assert rc["reason"] == "RuntimeClassConflict"
+    assert "not owned by this profile" in rc["message"]
+    assert outcome.statuses["hv"].get("runtimeClassName") is None
+
+
+def test_two_profiles_claiming_one_handler_both_stay_out_of_the_plan() -> None:
+    state, _ = converge(observed(profile_body("a", handler="shared")))
+    outcome = run(observed(*[p.body for p in state.profiles],
+                           profile_body("b", handler="shared"),
+                           runtime_classes=list(state.runtime_classes.values()),
+                           plan_config_map=state.plan_config_map))
+    assert outcome.plan["handlers"] == {}
+    for name in ("a", "b"):
+        planned = condition(outcome, name, "Planned")
+        assert planned["reason"] == "HandlerConflict"
+        assert "shared" in planned["message"]
+    assert ("create-runtime-class", "b") not in kinds(outcome)
+
+
+def test_delete_writes_the_plan_then_deletes_runtime_class_and_finalizer() -> None:
+    state, _ = converge(observed(profile_body("hv"), profile_body("keep")))
+    gone = profile_body("hv", deleting=True, status=state.profiles[0].status)
+    outcome = run(observed(gone, state.profiles[1].body,
+                           runtime_classes=list(state.runtime_classes.values()),
+                           plan_config_map=state.plan_config_map))
+    assert kinds(outcome) == [
+        ("write-plan", "wcow-runtime-plan"),
+        ("delete-runtime-class", "hv"),
+        ("remove-finalizer", "hv"),
+    ]
+    assert all(w.after_plan for w in outcome.writes[1:])
+    assert set(outcome.plan["handlers"]) == {"keep"}
+
+
+def test_node_counts_and_failures_come_from_agents_and_labels() -> None:
+    nodes = [
+        windows_node("n1", {"hv": ("Ready", "CanaryPassed")}, ready=("hv",)),
+        windows_node("n2", {"hv": ("Failed", "CanaryTimeout")}),
+        windows_node("n3", {"hv": ("NotEligible", "HostBuildTooOld")}),
+        windows_node("n4", {"hv": ("Pending", "Applying")}),
+        windows_node("n5"),
+    ]
+    outcome = run(observed(profile_body("hv"), nodes=nodes))
+    status = outcome.statuses["hv"]
+    assert status["nodes"] == {"eligible": 3, "ready": 1, "failed": 1}
+    assert status["failures"] == [
+        {"node": "n2", "reason": "CanaryTimeout", "message": "CanaryTimeout on n2"}
+    ]
+    nodes_ready = condition(outcome, "hv", "NodesReady")
+    assert nodes_ready["reason"] == "NodesFailed"
+    assert "1/3 eligible" in nodes_ready["message"]
+    assert "n2: CanaryTimeout" in nodes_ready["message"]
+
+
+def test_ready_when_every_eligible_node_is_ready() -> None:
+    nodes = [windows_node("n1", {"hv": ("Ready", "CanaryPassed")}, ready=("hv",))]
+    state, _ = converge(observed(profile_body("hv"), nodes=nodes))
+    outcome = run(state)
+    assert outcome.writes == []
+    assert condition(outcome, "hv", "Ready")["status"] == "True"
+
+
+def test_ungated_profile_is_ready_without_agents() -> None:
+    outcome = run(observed(profile_body("p", isolation="Process", windowsBuild="ltsc2022",
+                                        scheduling={"requireReadyLabel": False})))
+    assert condition(outcome, "p", "Ready")["status"] == "True"
+
+
+def test_required_node_gating_refuses_ungated_profiles() -> None:
+    outcome = run(observed(profile_body("p", isolation="Process",
+                                        scheduling={"requireReadyLabel": False})),
+                  ReconcileSettings(namespace=NAMESPACE, require_node_gating=True))
+    valid = condition(outcome, "p", "Valid")
+    assert valid["status"] == "False"
+    assert "--require-node-gating" in valid["message"]
+
+
+def test_oversized_plan_keeps_what_nodes_have_and_says_why() -> None:
+    state, _ = converge(observed(profile_body("a")))
+    small = ReconcileSettings(namespace=NAMESPACE, plan_max_bytes=len(
+        state.plan_config_map["data"]["plan.json"]) + 10)  # type: ignore[index]
+    outcome = reconcile(observed(*[p.body for p in state.profiles], profile_body("b"),
+                                 runtime_classes=list(state.runtime_classes.values()),
+                                 plan_config_map=state.plan_config_map), small, NOW)
+    assert set(outcome.plan["handlers"]) == {"a"}
+    assert ("write-plan", "wcow-runtime-plan") not in kinds(outcome)
+    planned = condition(outcome, "b", "Planned")
+    assert planned["reason"] == "PlanTooLarge"
+    assert "1 MiB" in planned["message"]
+
+
+def test_lost_transition_time_only_moves_on_status_change() -> None:
+    state, first = converge(observed(profile_body("hv")))
+    stamp = condition(first, "hv", "Valid")["lastTransitionTime"]
+    later = reconcile(state, SETTINGS, datetime(2026, 3, 2, tzinfo=UTC))
+    assert condition(later, "hv", "Valid")["lastTransitionTime"] == stamp
+
+
+def test_writes_are_data_only() -> None:
+    outcome = run(observed(profile_body("hv", finalizers=[])))
+    assert all(isinstance(w, Write) for w in outcome.writes)
