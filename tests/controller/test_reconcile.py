@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from tests.operator.builders import NAMESPACE, observed, profile_body, windows_node
+from tests.controller.builders import NAMESPACE, observed, profile_body, windows_node
 from wcow_operator.reconcile.core import ReconcileSettings, reconcile
 from wcow_operator.reconcile.model import FINALIZER, Observed, Outcome, Write
 
@@ -30,8 +30,11 @@ def apply(state: Observed, outcome: Outcome) -> Observed:
         body = profiles.get(write.target)
         if write.kind == "add-finalizer" and body is not None:
             body["metadata"]["finalizers"] = [*body["metadata"]["finalizers"], FINALIZER]
-        elif write.kind in ("create-runtime-class", "replace-runtime-class",
-                            "recreate-runtime-class"):
+        elif write.kind in (
+            "create-runtime-class",
+            "replace-runtime-class",
+            "recreate-runtime-class",
+        ):
             runtime_classes[write.target] = write.body
         elif write.kind == "delete-runtime-class":
             runtime_classes.pop(write.target)
@@ -41,8 +44,12 @@ def apply(state: Observed, outcome: Outcome) -> Observed:
             profiles.pop(write.target)
         elif write.kind == "patch-status" and body is not None:
             body["status"] = write.body["status"]
-    return observed(*profiles.values(), runtime_classes=list(runtime_classes.values()),
-                    plan_config_map=config_map, nodes=state.nodes)
+    return observed(
+        *profiles.values(),
+        runtime_classes=list(runtime_classes.values()),
+        plan_config_map=config_map,
+        nodes=state.nodes,
+    )
 
 
 def converge(state: Observed) -> tuple[Observed, Outcome]:
@@ -96,8 +103,11 @@ def test_each_runtime_class_field_change_replaces_it() -> None:
         {"sandbox": {"platform": "windows/arm64"}},
     ):
         body = profile_body("hv", generation=2, status=state.profiles[0].status, **spec)
-        changed = observed(body, runtime_classes=list(state.runtime_classes.values()),
-                           plan_config_map=state.plan_config_map)
+        changed = observed(
+            body,
+            runtime_classes=list(state.runtime_classes.values()),
+            plan_config_map=state.plan_config_map,
+        )
         outcome = run(changed)
         assert ("replace-runtime-class", "hv") in kinds(outcome), spec
         replaced = next(w for w in outcome.writes if w.kind == "replace-runtime-class")
@@ -110,8 +120,13 @@ def test_each_runtime_class_field_change_replaces_it() -> None:
 def test_handler_change_recreates_the_runtime_class_and_says_so() -> None:
     state, _ = converge(observed(profile_body("hv")))
     body = profile_body("hv", generation=2, status=state.profiles[0].status, handler="hv-new")
-    outcome = run(observed(body, runtime_classes=list(state.runtime_classes.values()),
-                           plan_config_map=state.plan_config_map))
+    outcome = run(
+        observed(
+            body,
+            runtime_classes=list(state.runtime_classes.values()),
+            plan_config_map=state.plan_config_map,
+        )
+    )
     recreate = next(w for w in outcome.writes if w.kind == "recreate-runtime-class")
     assert recreate.body["handler"] == "hv-new"
     assert recreate.observed is not None
@@ -124,11 +139,23 @@ def test_handler_change_recreates_the_runtime_class_and_says_so() -> None:
 def test_hand_edited_runtime_class_is_restored_keeping_foreign_labels() -> None:
     state, _ = converge(observed(profile_body("hv")))
     edited = dict(state.runtime_classes["hv"])
-    edited = {**edited, "handler": "hv", "overhead": {"podFixed": {"cpu": "5"}},
-              "metadata": {**edited["metadata"], "resourceVersion": "7",
-                           "labels": {**edited["metadata"]["labels"], "team": "x"}}}
-    outcome = run(observed(*[p.body for p in state.profiles], runtime_classes=[edited],
-                           plan_config_map=state.plan_config_map))
+    edited = {
+        **edited,
+        "handler": "hv",
+        "overhead": {"podFixed": {"cpu": "5"}},
+        "metadata": {
+            **edited["metadata"],
+            "resourceVersion": "7",
+            "labels": {**edited["metadata"]["labels"], "team": "x"},
+        },
+    }
+    outcome = run(
+        observed(
+            *[p.body for p in state.profiles],
+            runtime_classes=[edited],
+            plan_config_map=state.plan_config_map,
+        )
+    )
     assert kinds(outcome) == [("replace-runtime-class", "hv")]
     body = outcome.writes[0].body
     assert body["overhead"] == {"podFixed": {"cpu": "100m", "memory": "512Mi"}}
@@ -139,18 +166,25 @@ def test_hand_edited_runtime_class_is_restored_keeping_foreign_labels() -> None:
 
 def test_deleted_runtime_class_is_created_again() -> None:
     state, _ = converge(observed(profile_body("hv")))
-    outcome = run(observed(*[p.body for p in state.profiles],
-                           plan_config_map=state.plan_config_map))
+    outcome = run(
+        observed(*[p.body for p in state.profiles], plan_config_map=state.plan_config_map)
+    )
     assert kinds(outcome) == [("create-runtime-class", "hv")]
 
 
 def test_invalid_profile_keeps_last_good_runtime_class_and_plan_entry() -> None:
     state, _ = converge(observed(profile_body("hv", vm={"memoryMB": 2048})))
     good_plan = state.plan
-    broken = profile_body("hv", generation=2, status=state.profiles[0].status,
-                          vm={"memoryMB": 2047})
-    outcome = run(observed(broken, runtime_classes=list(state.runtime_classes.values()),
-                           plan_config_map=state.plan_config_map))
+    broken = profile_body(
+        "hv", generation=2, status=state.profiles[0].status, vm={"memoryMB": 2047}
+    )
+    outcome = run(
+        observed(
+            broken,
+            runtime_classes=list(state.runtime_classes.values()),
+            plan_config_map=state.plan_config_map,
+        )
+    )
     assert kinds(outcome) == [("patch-status", "hv")]  # no RuntimeClass or plan write
     assert outcome.plan == good_plan
     valid = condition(outcome, "hv", "Valid")
@@ -164,12 +198,22 @@ def test_invalid_profile_keeps_last_good_runtime_class_and_plan_entry() -> None:
     assert "spec.vm.memoryMB" in warning[0].message
 
     # Fixing it recovers, with no restart of anything.
-    after = apply(observed(broken, runtime_classes=list(state.runtime_classes.values()),
-                           plan_config_map=state.plan_config_map), outcome)
-    fixed = profile_body("hv", generation=3, status=after.profiles[0].status,
-                         vm={"memoryMB": 4096})
-    recovered = run(observed(fixed, runtime_classes=list(after.runtime_classes.values()),
-                             plan_config_map=after.plan_config_map))
+    after = apply(
+        observed(
+            broken,
+            runtime_classes=list(state.runtime_classes.values()),
+            plan_config_map=state.plan_config_map,
+        ),
+        outcome,
+    )
+    fixed = profile_body("hv", generation=3, status=after.profiles[0].status, vm={"memoryMB": 4096})
+    recovered = run(
+        observed(
+            fixed,
+            runtime_classes=list(after.runtime_classes.values()),
+            plan_config_map=after.plan_config_map,
+        )
+    )
     assert ("write-plan", "wcow-runtime-plan") in kinds(recovered)
     assert condition(recovered, "hv", "Valid")["status"] == "True"
     assert "SpecValid" in [e.reason for e in recovered.events]
@@ -183,8 +227,12 @@ def test_invalid_new_profile_gets_no_runtime_class_and_no_plan_entry() -> None:
 
 
 def test_runtime_class_owned_by_someone_else_is_never_taken_over() -> None:
-    foreign = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-               "metadata": {"name": "hv", "resourceVersion": "3"}, "handler": "other"}
+    foreign = {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": "hv", "resourceVersion": "3"},
+        "handler": "other",
+    }
     outcome = run(observed(profile_body("hv"), runtime_classes=[foreign]))
     assert not [w for w in outcome.writes if "runtime-class" in w.kind]
     rc = condition(outcome, "hv", "RuntimeClassReady")
@@ -195,10 +243,14 @@ def test_runtime_class_owned_by_someone_else_is_never_taken_over() -> None:
 
 def test_two_profiles_claiming_one_handler_both_stay_out_of_the_plan() -> None:
     state, _ = converge(observed(profile_body("a", handler="shared")))
-    outcome = run(observed(*[p.body for p in state.profiles],
-                           profile_body("b", handler="shared"),
-                           runtime_classes=list(state.runtime_classes.values()),
-                           plan_config_map=state.plan_config_map))
+    outcome = run(
+        observed(
+            *[p.body for p in state.profiles],
+            profile_body("b", handler="shared"),
+            runtime_classes=list(state.runtime_classes.values()),
+            plan_config_map=state.plan_config_map,
+        )
+    )
     assert outcome.plan["handlers"] == {}
     for name in ("a", "b"):
         planned = condition(outcome, name, "Planned")
@@ -210,9 +262,14 @@ def test_two_profiles_claiming_one_handler_both_stay_out_of_the_plan() -> None:
 def test_delete_writes_the_plan_then_deletes_runtime_class_and_finalizer() -> None:
     state, _ = converge(observed(profile_body("hv"), profile_body("keep")))
     gone = profile_body("hv", deleting=True, status=state.profiles[0].status)
-    outcome = run(observed(gone, state.profiles[1].body,
-                           runtime_classes=list(state.runtime_classes.values()),
-                           plan_config_map=state.plan_config_map))
+    outcome = run(
+        observed(
+            gone,
+            state.profiles[1].body,
+            runtime_classes=list(state.runtime_classes.values()),
+            plan_config_map=state.plan_config_map,
+        )
+    )
     assert kinds(outcome) == [
         ("write-plan", "wcow-runtime-plan"),
         ("delete-runtime-class", "hv"),
@@ -251,15 +308,24 @@ def test_ready_when_every_eligible_node_is_ready() -> None:
 
 
 def test_ungated_profile_is_ready_without_agents() -> None:
-    outcome = run(observed(profile_body("p", isolation="Process", windowsBuild="ltsc2022",
-                                        scheduling={"requireReadyLabel": False})))
+    outcome = run(
+        observed(
+            profile_body(
+                "p",
+                isolation="Process",
+                windowsBuild="ltsc2022",
+                scheduling={"requireReadyLabel": False},
+            )
+        )
+    )
     assert condition(outcome, "p", "Ready")["status"] == "True"
 
 
 def test_required_node_gating_refuses_ungated_profiles() -> None:
-    outcome = run(observed(profile_body("p", isolation="Process",
-                                        scheduling={"requireReadyLabel": False})),
-                  ReconcileSettings(namespace=NAMESPACE, require_node_gating=True))
+    outcome = run(
+        observed(profile_body("p", isolation="Process", scheduling={"requireReadyLabel": False})),
+        ReconcileSettings(namespace=NAMESPACE, require_node_gating=True),
+    )
     valid = condition(outcome, "p", "Valid")
     assert valid["status"] == "False"
     assert "--require-node-gating" in valid["message"]
@@ -267,11 +333,19 @@ def test_required_node_gating_refuses_ungated_profiles() -> None:
 
 def test_oversized_plan_keeps_what_nodes_have_and_says_why() -> None:
     state, _ = converge(observed(profile_body("a")))
-    small = ReconcileSettings(namespace=NAMESPACE, plan_max_bytes=len(
-        state.plan_config_map["data"]["plan.json"]) + 10)  # type: ignore[index]
-    outcome = reconcile(observed(*[p.body for p in state.profiles], profile_body("b"),
-                                 runtime_classes=list(state.runtime_classes.values()),
-                                 plan_config_map=state.plan_config_map), small, NOW)
+    small = ReconcileSettings(
+        namespace=NAMESPACE, plan_max_bytes=len(state.plan_config_map["data"]["plan.json"]) + 10
+    )  # type: ignore[index]
+    outcome = reconcile(
+        observed(
+            *[p.body for p in state.profiles],
+            profile_body("b"),
+            runtime_classes=list(state.runtime_classes.values()),
+            plan_config_map=state.plan_config_map,
+        ),
+        small,
+        NOW,
+    )
     assert set(outcome.plan["handlers"]) == {"a"}
     assert ("write-plan", "wcow-runtime-plan") not in kinds(outcome)
     planned = condition(outcome, "b", "Planned")

@@ -1,0 +1,1 @@
+"""Executes reconcile outcomes against a ClusterApi, in batches, with metrics."""

@@ -1,0 +1,299 @@
+"""One reconcile pass (observe -> reconcile -> write) and the loop that schedules passes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_operator.api.conditions import timestamp
+from wcow_operator.api.v1alpha1 import API_VERSION, KIND
+from wcow_operator.controller.api import ApiError, ClusterApi
+from wcow_operator.controller.metrics import Metrics
+from wcow_operator.reconcile.core import ReconcileSettings, reconcile
+from wcow_operator.reconcile.model import (
+    FINALIZER,
+    PHASES,
+    EventNote,
+    Observed,
+    ObservedNode,
+    ObservedProfile,
+    Outcome,
+    Write,
+)
+from wcow_operator.render.plan import PLAN_CONFIGMAP, PLAN_KEY
+
+log = logging.getLogger(__name__)
+EVENT_NAMESPACE = "default"  # events about cluster-scoped objects live there
+CONDITION_TYPES = ("Valid", "Planned", "RuntimeClassReady", "NodesReady", "Ready")
+
+
+@dataclass
+class PassReport:
+    writes: int = 0
+    errors: list[str] = field(default_factory=list)
+    plan_written: bool = False
+
+
+class Controller:
+    def __init__(
+        self,
+        api: ClusterApi,
+        settings: ReconcileSettings,
+        metrics: Metrics,
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        workers: int = 8,
+        instance: str | None = None,
+    ) -> None:
+        self.api = api
+        self.settings = settings
+        self.metrics = metrics
+        self.clock = clock
+        self.workers = workers
+        self.instance = instance or socket.gethostname()
+
+    def observe(self) -> Observed:
+        config_map = self.api.get_config_map(self.settings.namespace, PLAN_CONFIGMAP)
+        plan = None
+        if config_map is not None:
+            plan = _read_plan(config_map)
+        nodes = [
+            ObservedNode(
+                name=n["metadata"]["name"],
+                labels=dict(n["metadata"].get("labels") or {}),
+                agent_status=(n["metadata"].get("annotations") or {}).get(AGENT_STATUS_ANNOTATION),
+            )
+            for n in self.api.list_windows_nodes()
+        ]
+        return Observed(
+            profiles=[ObservedProfile(p) for p in self.api.list_profiles()],
+            runtime_classes={rc["metadata"]["name"]: rc for rc in self.api.list_runtime_classes()},
+            plan=plan,
+            plan_config_map=config_map,
+            nodes=nodes,
+        )
+
+    def run_pass(self) -> PassReport:
+        started = time.monotonic()
+        report = PassReport()
+        try:
+            outcome = reconcile(self.observe(), self.settings, self.clock())
+        except ApiError as error:
+            report.errors.append(f"reading the cluster: {error}")
+        else:
+            self._execute(outcome, report)
+            self._record(outcome, report)
+        self.metrics.duration.observe(time.monotonic() - started)
+        self.metrics.reconciles.labels(result="error" if report.errors else "success").inc()
+        for problem in report.errors:
+            log.warning("reconcile: %s", problem)
+        return report
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def _execute(self, outcome: Outcome, report: PassReport) -> None:
+        plan_failed = False
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            for phase in PHASES:
+                batch = [w for w in outcome.writes if w.kind in phase]
+                if plan_failed:
+                    batch = [w for w in batch if not w.after_plan]
+                for write, failure in zip(batch, pool.map(self._try, batch), strict=True):
+                    if failure is None:
+                        report.writes += 1
+                        report.plan_written |= write.kind == "write-plan"
+                        continue
+                    report.errors.append(f"{write.kind} {write.target}: {failure}")
+                    if write.kind == "write-plan":
+                        plan_failed = True
+                        outcome.events.extend(_blocked_cleanups(outcome, failure))
+            for note in outcome.events:
+                self._post_event(note)
+
+    def _try(self, write: Write) -> ApiError | None:
+        try:
+            self._apply(write)
+        except ApiError as error:
+            return error
+        return None
+
+    def _apply(self, write: Write) -> None:
+        observed = write.observed or {}
+        metadata = observed.get("metadata", {})
+        ns = self.settings.namespace
+        match write.kind:
+            case "add-finalizer" | "remove-finalizer":
+                finalizers = [f for f in metadata.get("finalizers") or [] if f != FINALIZER]
+                if write.kind == "add-finalizer":
+                    finalizers.append(FINALIZER)
+                # resourceVersion makes the patch conditional: others' finalizers are kept.
+                self.api.patch_profile(
+                    write.target,
+                    {
+                        "metadata": {
+                            "finalizers": finalizers,
+                            "resourceVersion": metadata.get("resourceVersion"),
+                        }
+                    },
+                )
+            case "create-runtime-class":
+                self.api.create_runtime_class(write.body)
+            case "replace-runtime-class":
+                self.api.replace_runtime_class(write.target, write.body)
+            case "recreate-runtime-class":
+                self.api.delete_runtime_class(write.target, metadata["uid"])
+                self.api.create_runtime_class(write.body)
+            case "delete-runtime-class":
+                self.api.delete_runtime_class(write.target, metadata["uid"])
+            case "write-plan":
+                if write.observed is None:
+                    self.api.create_config_map(ns, write.body)
+                else:
+                    body = {
+                        **write.body,
+                        "metadata": {
+                            **write.body["metadata"],
+                            "resourceVersion": metadata["resourceVersion"],
+                        },
+                    }
+                    self.api.replace_config_map(ns, write.target, body)
+            case "patch-status":
+                current = observed.get("status") or {}
+                status: dict[str, Any] = {k: None for k in current if k not in write.body["status"]}
+                status.update(write.body["status"])
+                self.api.patch_profile_status(write.target, {"status": status})
+
+    def _post_event(self, note: EventNote) -> None:
+        now = timestamp(self.clock())
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{note.profile}.", "namespace": EVENT_NAMESPACE},
+            "involvedObject": {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "name": note.profile,
+                "uid": note.uid,
+            },
+            "type": note.type,
+            "reason": note.reason,
+            "message": note.message[:1024],
+            "source": {"component": "wcow-operator"},
+            "reportingComponent": "wcow-operator",
+            "reportingInstance": self.instance[:128],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.api.create_event(EVENT_NAMESPACE, body)
+        except ApiError as error:  # events are best effort
+            log.warning("could not post event %s for %s: %s", note.reason, note.profile, error)
+
+    # -- metrics -------------------------------------------------------------------------
+
+    def _record(self, outcome: Outcome, report: PassReport) -> None:
+        counts: dict[tuple[str, str], int] = {}
+        for status in outcome.statuses.values():
+            for condition in status.get("conditions", []):
+                key = (condition["type"], condition["status"])
+                counts[key] = counts.get(key, 0) + 1
+        for type_ in CONDITION_TYPES:
+            for value in ("True", "False", "Unknown"):
+                self.metrics.profiles.labels(condition=type_, status=value).set(
+                    counts.get((type_, value), 0)
+                )
+        self.metrics.runtime_classes.set(
+            sum(1 for s in outcome.statuses.values() if s.get("runtimeClassName"))
+        )
+        self.metrics.plan_bytes.set(outcome.plan_bytes)
+        self.metrics.plan_limit_ratio.set(outcome.plan_bytes / self.settings.plan_max_bytes)
+        self.metrics.plan_handlers.set(len(outcome.plan["handlers"]))
+        if report.plan_written:
+            self.metrics.plan_last_write.set(time.time())
+        if outcome.plan_bytes > self.settings.plan_warn_bytes:
+            log.warning(
+                "the plan is %d bytes, %.0f%% of the %d-byte limit",
+                outcome.plan_bytes,
+                100 * outcome.plan_bytes / self.settings.plan_max_bytes,
+                self.settings.plan_max_bytes,
+            )
+
+
+def _read_plan(config_map: dict[str, Any]) -> dict[str, Any] | None:
+    text = (config_map.get("data") or {}).get(PLAN_KEY)
+    try:
+        plan = json.loads(text) if text else None
+    except ValueError:
+        log.warning("the plan ConfigMap does not hold JSON; it will be rewritten")
+        return None
+    return plan if isinstance(plan, dict) else None
+
+
+def _blocked_cleanups(outcome: Outcome, error: ApiError) -> list[EventNote]:
+    return [
+        EventNote(
+            w.target,
+            str((w.observed or {}).get("metadata", {}).get("uid", "")),
+            "Warning",
+            "CleanupBlocked",
+            f"cannot write the plan ({error}); the profile stays until its handler is out of "
+            "the plan. Retrying with backoff. To force removal: kubectl patch wrp "
+            f"{w.target} --type=json -p "
+            '\'[{"op":"remove","path":"/metadata/finalizers"}]\'',
+        )
+        for w in outcome.writes
+        if w.kind == "remove-finalizer"
+    ]
+
+
+class Runner:
+    """Runs passes when triggered (watch events) or every ``resync_seconds``; coalesces
+    bursts of events into one pass, and backs off after failures."""
+
+    def __init__(
+        self,
+        controller: Controller,
+        resync_seconds: float,
+        debounce_seconds: float = 0.5,
+        max_backoff_seconds: float = 60.0,
+    ) -> None:
+        self.controller = controller
+        self.resync_seconds = resync_seconds
+        self.debounce_seconds = debounce_seconds
+        self.max_backoff_seconds = max_backoff_seconds
+        self._dirty = threading.Event()
+        self.last_pass_ok: float | None = None
+        self.heartbeat = time.monotonic()
+
+    def trigger(self) -> None:
+        self._dirty.set()
+
+    def run(self, stop: threading.Event) -> None:
+        backoff = 1.0
+        wait = 0.0  # first pass right away
+        while not stop.is_set():
+            self.heartbeat = time.monotonic()
+            self._dirty.wait(timeout=wait)
+            if stop.is_set():
+                return
+            stop.wait(self.debounce_seconds)
+            self._dirty.clear()
+            report = self.controller.run_pass()
+            self.heartbeat = time.monotonic()
+            if report.errors:
+                # Level-triggered: the next pass re-reads everything, so waiting is enough.
+                stop.wait(backoff)
+                wait, backoff = 0.0, min(backoff * 2, self.max_backoff_seconds)
+            else:
+                self.last_pass_ok = time.monotonic()
+                wait, backoff = self.resync_seconds, 1.0

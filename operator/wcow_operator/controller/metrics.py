@@ -1,0 +1,54 @@
+"""Prometheus metrics of the operator (a registry of its own, so tests can make many)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.reconciles = Counter(
+            "wcow_reconcile_total", "Reconcile passes by result", ["result"], registry=r
+        )
+        self.duration = Histogram(
+            "wcow_reconcile_duration_seconds",
+            "Duration of a reconcile pass",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=r,
+        )
+        self.profiles = Gauge(
+            "wcow_profiles",
+            "Profiles by condition and status",
+            ["condition", "status"],
+            registry=r,
+        )
+        self.runtime_classes = Gauge(
+            "wcow_runtimeclasses_managed", "RuntimeClasses owned by profiles", registry=r
+        )
+        self.api_errors = Counter(
+            "wcow_api_errors_total",
+            "Kubernetes API errors (before retries)",
+            ["verb", "resource", "code"],
+            registry=r,
+        )
+        self.api_writes = Counter(
+            "wcow_api_writes_total",
+            "Kubernetes API writes that succeeded",
+            ["verb", "resource"],
+            registry=r,
+        )
+        self.plan_bytes = Gauge(
+            "wcow_plan_size_bytes", "Size of the plan in the ConfigMap", registry=r
+        )
+        self.plan_limit_ratio = Gauge(
+            "wcow_plan_size_ratio", "Plan size as a fraction of the plan size limit", registry=r
+        )
+        self.plan_last_write = Gauge(
+            "wcow_plan_last_write_timestamp_seconds",
+            "When the plan was last written",
+            registry=r,
+        )
+        self.plan_handlers = Gauge("wcow_plan_handlers", "Handlers in the plan", registry=r)
+        self.leader = Gauge("wcow_leader", "1 while this replica reconciles", registry=r)

@@ -1,0 +1,1 @@
+"""The only place the operator imports the kubernetes client."""

@@ -1,0 +1,243 @@
+"""The controller against a fake API at its boundary: whole passes, as a user sees them."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from tests.conftest import profile_document
+from tests.controller.builders import NAMESPACE
+from tests.controller.fake_api import FakeApi
+from wcow_operator.controller.controller import Controller, Runner
+from wcow_operator.controller.metrics import Metrics
+from wcow_operator.reconcile.core import ReconcileSettings
+from wcow_operator.reconcile.model import FINALIZER
+
+
+@pytest.fixture
+def api() -> FakeApi:
+    return FakeApi()
+
+
+@pytest.fixture
+def controller(api: FakeApi) -> Controller:
+    return Controller(
+        api,
+        ReconcileSettings(namespace=NAMESPACE),
+        Metrics(),
+        clock=lambda: datetime(2026, 3, 1, tzinfo=UTC),
+        workers=2,
+        instance="test",
+    )
+
+
+def settle(controller: Controller, passes: int = 5) -> None:
+    for _ in range(passes):
+        report = controller.run_pass()
+        if not report.errors and report.writes == 0:
+            return
+    raise AssertionError("did not converge")
+
+
+def condition(api: FakeApi, name: str, type_: str) -> dict[str, Any]:
+    return next(c for c in api.profiles[name]["status"]["conditions"] if c["type"] == type_)
+
+
+def reasons(api: FakeApi) -> list[str]:
+    return [e["reason"] for e in api.events]
+
+
+def test_create_converges_and_then_stays_quiet(api: FakeApi, controller: Controller) -> None:
+    api.apply_profile(profile_document("hv", vm={"memoryMB": 2048}))
+    api.apply_profile(profile_document("proc", isolation="Process"))
+    settle(controller)
+    assert set(api.runtime_classes) == {"hv", "proc"}
+    assert (
+        api.runtime_classes["hv"]["metadata"]["ownerReferences"][0]["uid"]
+        == (api.profiles["hv"]["metadata"]["uid"])
+    )
+    plan = api.plan()
+    assert plan is not None
+    assert set(plan["handlers"]) == {"hv", "proc"}
+    assert FINALIZER in api.profiles["hv"]["metadata"]["finalizers"]
+    assert condition(api, "hv", "Valid")["status"] == "True"
+    assert api.profiles["hv"]["status"]["runtimeClassName"] == "hv"
+
+    api.calls.clear()
+    events = len(api.events)
+    for _ in range(3):
+        controller.run_pass()
+    assert api.writes() == []  # resync with nothing changed: reads only
+    assert len(api.events) == events
+
+
+def test_one_plan_write_for_a_batch_of_profiles(api: FakeApi, controller: Controller) -> None:
+    for index in range(25):
+        api.apply_profile(profile_document(f"p{index}", isolation="Process"))
+    controller.run_pass()
+    assert api.calls.count("create_config_map") + api.calls.count("replace_config_map") == 1
+    assert len(api.plan()["handlers"]) == 25  # type: ignore[index]
+
+
+def test_update_replaces_the_runtime_class(api: FakeApi, controller: Controller) -> None:
+    api.apply_profile(profile_document("hv"))
+    settle(controller)
+    api.apply_profile(profile_document("hv", overhead={"podFixed": {"memory": "1Gi"}}))
+    settle(controller)
+    assert api.runtime_classes["hv"]["overhead"] == {"podFixed": {"memory": "1Gi"}}
+    assert api.profiles["hv"]["status"]["observedGeneration"] == 2
+    assert "RuntimeClassUpdated" in reasons(api)
+
+
+def test_handler_change_replaces_the_runtime_class_safely(
+    api: FakeApi, controller: Controller
+) -> None:
+    api.apply_profile(profile_document("hv"))
+    settle(controller)
+    api.apply_profile(profile_document("hv", handler="hv-v2"))
+    settle(controller)
+    assert api.runtime_classes["hv"]["handler"] == "hv-v2"
+    assert set(api.plan()["handlers"]) == {"hv-v2"}  # type: ignore[index]
+    replaced = [e for e in api.events if e["reason"] == "RuntimeClassReplaced"]
+    assert "from hv to hv-v2" in replaced[0]["message"]
+
+
+def test_invalid_then_valid(api: FakeApi, controller: Controller) -> None:
+    api.apply_profile(profile_document("hv", vm={"memoryMB": 2048}))
+    settle(controller)
+    good_rc = copy.deepcopy(api.runtime_classes["hv"])
+    good_plan = api.plan()
+    api.apply_profile(profile_document("hv", vm={"memoryMB": 2049}))
+    settle(controller)
+    assert api.runtime_classes["hv"] == good_rc
+    assert api.plan() == good_plan
+    valid = condition(api, "hv", "Valid")
+    assert valid["status"] == "False"
+    assert "spec.vm.memoryMB" in valid["message"]
+    warning = next(e for e in api.events if e["type"] == "Warning")
+    assert warning["reason"] == "InvalidSpec"
+    assert warning["involvedObject"]["name"] == "hv"
+
+    api.apply_profile(profile_document("hv", vm={"memoryMB": 4096}))
+    settle(controller)
+    assert condition(api, "hv", "Valid")["status"] == "True"
+    assert api.plan()["handlers"]["hv"]["vm"]["memoryMB"] == 4096  # type: ignore[index]
+
+
+def test_hand_edited_and_deleted_runtime_class_is_restored(
+    api: FakeApi, controller: Controller
+) -> None:
+    api.apply_profile(profile_document("hv"))
+    settle(controller)
+    want = copy.deepcopy(api.runtime_classes["hv"])
+    api.runtime_classes["hv"]["scheduling"]["nodeSelector"] = {"kubernetes.io/os": "windows"}
+    api.runtime_classes["hv"]["metadata"]["resourceVersion"] = "999"
+    settle(controller)
+    assert api.runtime_classes["hv"]["scheduling"] == want["scheduling"]
+    assert "RuntimeClassRestored" in reasons(api)
+
+    del api.runtime_classes["hv"]
+    settle(controller)
+    assert api.runtime_classes["hv"]["handler"] == "hv"
+
+
+def test_foreign_runtime_class_is_never_taken_over(api: FakeApi, controller: Controller) -> None:
+    api.runtime_classes["hv"] = {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "handler": "mine",
+        "metadata": {"name": "hv", "uid": "foreign", "resourceVersion": "5"},
+    }
+    api.apply_profile(profile_document("hv"))
+    settle(controller)
+    assert api.runtime_classes["hv"]["handler"] == "mine"
+    assert condition(api, "hv", "RuntimeClassReady")["reason"] == "RuntimeClassConflict"
+    assert "RuntimeClassConflict" in reasons(api)
+
+
+def test_delete_with_finalizer_cleans_plan_and_runtime_class(
+    api: FakeApi, controller: Controller
+) -> None:
+    api.apply_profile(profile_document("hv"))
+    api.apply_profile(profile_document("keep"))
+    settle(controller)
+    api.delete_profile("hv")
+    assert "hv" in api.profiles  # held by the finalizer
+    settle(controller)
+    assert "hv" not in api.profiles
+    assert "hv" not in api.runtime_classes
+    assert set(api.plan()["handlers"]) == {"keep"}  # type: ignore[index]
+
+
+def test_plan_write_failure_blocks_finalizer_and_warns(
+    api: FakeApi, controller: Controller
+) -> None:
+    api.apply_profile(profile_document("hv"))
+    settle(controller)
+    api.delete_profile("hv")
+    api.fail("replace_config_map", 500, times=2)
+    report = controller.run_pass()
+    assert report.errors
+    assert "hv" in api.profiles  # the finalizer stays while the plan still names it
+    assert "hv" in api.plan()["handlers"]  # type: ignore[index]
+    blocked = [e for e in api.events if e["reason"] == "CleanupBlocked"]
+    assert "kubectl patch wrp hv" in blocked[0]["message"]
+    controller.run_pass()  # still failing
+    settle(controller)
+    assert "hv" not in api.profiles
+    assert api.plan()["handlers"] == {}  # type: ignore[index]
+
+
+def test_conflict_409_is_resolved_by_reading_again(api: FakeApi, controller: Controller) -> None:
+    api.apply_profile(profile_document("hv"))
+    api.fail("create_runtime_class", 409)
+    api.fail("patch_profile_status", 409)
+    report = controller.run_pass()
+    assert len(report.errors) == 2
+    settle(controller)
+    assert api.runtime_classes["hv"]["handler"] == "hv"
+    assert condition(api, "hv", "RuntimeClassReady")["status"] == "True"
+    assert list(api.runtime_classes) == ["hv"]  # no duplicates
+
+
+def test_reading_failure_writes_nothing(api: FakeApi, controller: Controller) -> None:
+    api.apply_profile(profile_document("hv"))
+    api.fail("list_runtime_classes", 503)
+    report = controller.run_pass()
+    assert report.errors
+    assert api.writes() == []
+
+
+def test_metrics_after_a_pass(api: FakeApi, controller: Controller) -> None:
+    api.apply_profile(profile_document("hv"))
+    settle(controller)
+    registry = controller.metrics.registry
+    assert registry.get_sample_value("wcow_runtimeclasses_managed") == 1
+    assert registry.get_sample_value("wcow_profiles", {"condition": "Valid", "status": "True"}) == 1
+    assert registry.get_sample_value("wcow_plan_handlers") == 1
+    assert (registry.get_sample_value("wcow_plan_size_bytes") or 0) > 100
+    assert (registry.get_sample_value("wcow_reconcile_total", {"result": "success"}) or 0) >= 1
+
+
+def test_runner_passes_on_trigger_and_stops(api: FakeApi, controller: Controller) -> None:
+    runner = Runner(controller, resync_seconds=3600, debounce_seconds=0.01)
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.run, args=(stop,))
+    thread.start()
+    try:
+        api.apply_profile(profile_document("hv"))
+        runner.trigger()
+        for _ in range(200):
+            if "hv" in api.runtime_classes:
+                break
+            stop.wait(0.01)
+        assert "hv" in api.runtime_classes
+    finally:
+        stop.set()
+        runner.trigger()
+        thread.join(timeout=5)
+    assert not thread.is_alive()
