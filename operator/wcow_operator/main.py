@@ -1,14 +1,128 @@
-"""``wcow-operator``: the cluster controller (issue: the cluster controller)."""
+"""``wcow-operator``: wires settings, the Kubernetes adapter, the controller, kopf's watches,
+leader election, metrics and probes together."""
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import socket
 import sys
+import threading
+import time
+from collections.abc import Sequence
+
+import kopf
+import prometheus_client
+
+from wcow_operator.controller.controller import Controller, Runner
+from wcow_operator.controller.metrics import Metrics
+from wcow_operator.handlers.events import register
+from wcow_operator.health import serve_health
+from wcow_operator.k8s.api import KubernetesApi, load_client_config
+from wcow_operator.k8s.leader import run_with_leader_election
+from wcow_operator.reconcile.core import ReconcileSettings
+from wcow_operator.settings import OperatorSettings, SettingsError, parse_settings
+
+log = logging.getLogger("wcow_operator")
 
 
-def main() -> int:
-    print(
-        "wcow-operator: the cluster controller is not implemented yet; use `wcow render` "
-        "to produce RuntimeClasses and the plan offline.",
-        file=sys.stderr,
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def configure_logging(settings: OperatorSettings) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if settings.log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    logging.basicConfig(level=settings.log_level, handlers=[handler], force=True)
+    logging.getLogger("kopf").setLevel(max(logging.INFO, logging.getLevelName(settings.log_level)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = parse_settings(argv)
+    except SettingsError as error:
+        print(f"wcow-operator: {error}", file=sys.stderr)
+        return 2
+    configure_logging(settings)
+
+    metrics = Metrics()
+    prometheus_client.start_http_server(settings.metrics_port, registry=metrics.registry)
+    api = KubernetesApi(
+        load_client_config(),
+        on_error=lambda verb, resource, code: metrics.api_errors.labels(
+            verb=verb, resource=resource, code=str(code)
+        ).inc(),
+        on_write=lambda verb, resource: metrics.api_writes.labels(
+            verb=verb, resource=resource
+        ).inc(),
     )
-    return 1
+    identity = os.environ.get("POD_NAME") or socket.gethostname()
+    controller = Controller(
+        api,
+        ReconcileSettings(
+            namespace=settings.namespace, require_node_gating=settings.require_node_gating
+        ),
+        metrics,
+        workers=settings.workers,
+        instance=identity,
+    )
+    runner = Runner(controller, settings.resync_seconds, settings.debounce_seconds)
+    stop = threading.Event()
+    leading = threading.Event()
+
+    def lead() -> None:
+        leading.set()
+        metrics.leader.set(1)
+        log.info("reconciling as %s", identity)
+        runner.run(stop)
+
+    def live() -> tuple[bool, str]:
+        # A reconciler stuck for several resync periods is not alive; standby replicas are.
+        stuck = leading.is_set() and time.monotonic() - runner.heartbeat > max(
+            3 * settings.resync_seconds, 120
+        )
+        return (not stuck, "stuck" if stuck else "ok")
+
+    def ready() -> tuple[bool, str]:
+        if not leading.is_set():
+            return True, "standby"
+        ok = runner.last_pass_ok is not None
+        return ok, "ok" if ok else "no successful reconcile yet"
+
+    serve_health(settings.health_port, live, ready)
+    if settings.leader_election:
+        threading.Thread(
+            target=run_with_leader_election,
+            args=(settings.lease_name, settings.namespace, identity, lead),
+            name="leader-election",
+            daemon=True,
+        ).start()
+    else:
+        threading.Thread(target=lead, name="reconciler", daemon=True).start()
+
+    registry = kopf.OperatorRegistry()
+    register(registry, runner.trigger)
+    log.info("wcow-operator starting: namespace=%s", settings.namespace)
+    try:
+        kopf.run(registry=registry, standalone=True, clusterwide=True)
+    finally:
+        stop.set()
+        runner.trigger()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

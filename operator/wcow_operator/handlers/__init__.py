@@ -1,0 +1,1 @@
+"""kopf adapters: watch events become triggers of the controller's next pass."""

@@ -1,0 +1,130 @@
+"""Operator settings from flags, then environment, then defaults."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+class SettingsError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    namespace: str
+    metrics_port: int = 9090
+    health_port: int = 8080
+    resync_seconds: float = 300.0
+    debounce_seconds: float = 0.5
+    leader_election: bool = True
+    lease_name: str = "wcow-operator"
+    require_node_gating: bool = False
+    log_format: str = "json"
+    log_level: str = "INFO"
+    workers: int = 8
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool | None:
+    value = env.get(name)
+    if value is None or value == "":
+        return None
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"environment variable {name}={value!r} is not a boolean")
+
+
+def parse_settings(
+    argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
+) -> OperatorSettings:
+    env = os.environ if env is None else env
+    parser = argparse.ArgumentParser(
+        prog="wcow-operator",
+        description="Reconcile WindowsRuntimeProfiles into RuntimeClasses and the node plan.",
+    )
+    parser.add_argument(
+        "--namespace",
+        help="namespace of the plan ConfigMap and the Lease "
+        "(env WCOW_NAMESPACE, else POD_NAMESPACE, else the pod's own)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help="Prometheus /metrics port (env WCOW_METRICS_PORT, default 9090)",
+    )
+    parser.add_argument(
+        "--health-port",
+        type=int,
+        help="/healthz and /readyz port (env WCOW_HEALTH_PORT, default 8080)",
+    )
+    parser.add_argument(
+        "--resync-seconds",
+        type=float,
+        help="full reconcile at least this often (env WCOW_RESYNC_SECONDS, default 300)",
+    )
+    parser.add_argument(
+        "--leader-election",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="hold a Lease so one replica reconciles (env WCOW_LEADER_ELECTION, default on)",
+    )
+    parser.add_argument(
+        "--require-node-gating",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="refuse profiles with requireReadyLabel: false "
+        "(env WCOW_REQUIRE_NODE_GATING, default off)",
+    )
+    parser.add_argument(
+        "--log-format", choices=("json", "text"), help="env WCOW_LOG_FORMAT, default json"
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="env WCOW_LOG_LEVEL, default INFO",
+    )
+    args = parser.parse_args(argv)
+
+    namespace = args.namespace or env.get("WCOW_NAMESPACE") or env.get("POD_NAMESPACE")
+    if not namespace and SERVICE_ACCOUNT_NAMESPACE.exists():
+        namespace = SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip()
+    if not namespace:
+        raise SettingsError(
+            "no namespace for the plan ConfigMap: pass --namespace or set WCOW_NAMESPACE"
+        )
+    defaults = OperatorSettings(namespace=namespace)
+    try:
+        metrics_port = args.metrics_port or int(
+            env.get("WCOW_METRICS_PORT") or defaults.metrics_port
+        )
+        health_port = args.health_port or int(env.get("WCOW_HEALTH_PORT") or defaults.health_port)
+        resync = args.resync_seconds or float(
+            env.get("WCOW_RESYNC_SECONDS") or defaults.resync_seconds
+        )
+    except ValueError as error:
+        raise SettingsError(f"invalid number in the environment: {error}") from None
+    if resync < 5:
+        raise SettingsError(f"--resync-seconds must be at least 5, not {resync}")
+    leader = args.leader_election
+    if leader is None:
+        leader = _flag(env, "WCOW_LEADER_ELECTION")
+    gating = args.require_node_gating
+    if gating is None:
+        gating = _flag(env, "WCOW_REQUIRE_NODE_GATING")
+    return OperatorSettings(
+        namespace=namespace,
+        metrics_port=metrics_port,
+        health_port=health_port,
+        resync_seconds=resync,
+        leader_election=defaults.leader_election if leader is None else leader,
+        require_node_gating=defaults.require_node_gating if gating is None else gating,
+        log_format=args.log_format or env.get("WCOW_LOG_FORMAT") or defaults.log_format,
+        log_level=args.log_level or env.get("WCOW_LOG_LEVEL") or defaults.log_level,
+    )

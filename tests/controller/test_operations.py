@@ -1,0 +1,97 @@
+"""Settings, probes and the watch filters of the running operator."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+
+from wcow_operator.handlers.events import _node_view
+from wcow_operator.health import serve_health
+from wcow_operator.settings import SettingsError, parse_settings
+
+
+def test_flags_win_over_environment() -> None:
+    env = {
+        "WCOW_NAMESPACE": "from-env",
+        "WCOW_METRICS_PORT": "9999",
+        "WCOW_LEADER_ELECTION": "false",
+    }
+    settings = parse_settings(["--namespace", "ops", "--leader-election"], env)
+    assert settings.namespace == "ops"
+    assert settings.metrics_port == 9999
+    assert settings.leader_election is True
+
+
+def test_environment_and_defaults() -> None:
+    settings = parse_settings(
+        [], {"POD_NAMESPACE": "wcow-system", "WCOW_REQUIRE_NODE_GATING": "yes"}
+    )
+    assert settings.namespace == "wcow-system"
+    assert settings.require_node_gating is True
+    assert settings.leader_election is True
+    assert settings.resync_seconds == 300
+    assert settings.health_port == 8080
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        ([], {}, "no namespace"),
+        (["--namespace", "x", "--resync-seconds", "1"], {}, "at least 5"),
+        (["--namespace", "x"], {"WCOW_LEADER_ELECTION": "maybe"}, "WCOW_LEADER_ELECTION"),
+        (["--namespace", "x"], {"WCOW_METRICS_PORT": "http"}, "invalid number"),
+    ],
+)
+def test_bad_settings_say_what_is_wrong(
+    argv: list[str], env: dict[str, str], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wcow_operator import settings as module
+
+    monkeypatch.setattr(module, "SERVICE_ACCOUNT_NAMESPACE", module.Path("/nonexistent"))
+    with pytest.raises(SettingsError, match=message):
+        parse_settings(argv, env)
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_probes_answer_from_their_callbacks() -> None:
+    state = {"ready": False}
+    server = serve_health(
+        0,
+        lambda: (True, "ok"),
+        lambda: (state["ready"], "ok" if state["ready"] else "not yet"),
+        host="127.0.0.1",
+    )
+    port = server.server_address[1]
+    try:
+        assert _get(port, "/healthz") == (200, "ok\n")
+        assert _get(port, "/readyz") == (503, "not yet\n")
+        state["ready"] = True
+        assert _get(port, "/readyz") == (200, "ok\n")
+        assert _get(port, "/other")[0] == 404
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _node(labels: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": "n", "labels": labels, "annotations": annotations or {}}}
+
+
+def test_node_events_matter_only_for_agent_reports_and_ready_labels() -> None:
+    base = _node({"kubernetes.io/os": "windows"})
+    heartbeat = _node({"kubernetes.io/os": "windows"}, {"node.alpha/ttl": "0"})
+    assert _node_view(base) == _node_view(heartbeat)
+    labelled = _node({"kubernetes.io/os": "windows", "runtime.wcow.dev/hv": "ready"})
+    assert _node_view(labelled) != _node_view(base)
+    reported = _node({"kubernetes.io/os": "windows"}, {"runtime.wcow.dev/agent-status": "{}"})
+    assert _node_view(reported) != _node_view(base)
