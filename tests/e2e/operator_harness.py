@@ -1,0 +1,179 @@
+"""Run the real operator against a cluster: CRD install, a namespace, the process itself."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_FILE = ROOT / "crds" / "runtime.wcow.dev_windowsruntimeprofiles.yaml"
+GROUP, VERSION, PLURAL = "runtime.wcow.dev", "v1alpha1", "windowsruntimeprofiles"
+T = TypeVar("T")
+
+
+def wait_for(what: str, check: Callable[[], T | None], timeout: float = 90) -> T:
+    """Poll ``check`` until it returns something truthy; fail with ``what`` otherwise."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except ApiException as error:
+            last = error
+        else:
+            if last:
+                return last
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r:.300})")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def installed_crd(api_client: client.ApiClient) -> Iterator[None]:
+    """The CRD from crds/, created (and removed afterwards) or updated in place."""
+    extensions = client.ApiextensionsV1Api(api_client)
+    body = yaml.safe_load(CRD_FILE.read_text(encoding="utf-8"))
+    name = body["metadata"]["name"]
+    created = False
+    try:
+        current = extensions.read_custom_resource_definition(name)
+    except ApiException as error:
+        if error.status != 404:
+            raise
+        extensions.create_custom_resource_definition(body)
+        created = True
+    else:
+        body["metadata"]["resourceVersion"] = current.metadata.resource_version
+        extensions.replace_custom_resource_definition(name, body)
+
+    def established() -> bool:
+        crd = extensions.read_custom_resource_definition(name)
+        return any(
+            c.type == "Established" and c.status == "True" for c in crd.status.conditions or []
+        )
+
+    wait_for("the CRD to be established", established)
+    try:
+        yield
+    finally:
+        if created:
+            extensions.delete_custom_resource_definition(name)
+
+
+@contextlib.contextmanager
+def namespace(api_client: client.ApiClient, name: str) -> Iterator[str]:
+    core = client.CoreV1Api(api_client)
+    core.create_namespace({"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)
+
+
+@contextlib.contextmanager
+def running_operator(ns: str, *extra: str) -> Iterator[dict[str, Any]]:
+    """``wcow-operator`` as a subprocess with the test's kubeconfig; ready when /readyz is."""
+    metrics, health = free_port(), free_port()
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"wcow-operator-{ns}.log"
+    with log.open("w") as output:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "wcow_operator.main",
+                "--namespace",
+                ns,
+                "--no-leader-election",
+                "--metrics-port",
+                str(metrics),
+                "--health-port",
+                str(health),
+                "--log-format",
+                "text",
+                *extra,
+            ],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+        info = {"process": process, "metrics": metrics, "health": health, "log": log}
+        try:
+            wait_for(
+                f"the operator to be ready (log: {log})",
+                lambda: process.poll() is None and _ok(f"http://127.0.0.1:{health}/readyz"),
+                timeout=60,
+            )
+            yield info
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def metric(port: int, name: str) -> float:
+    """Sum of all samples of a metric on the operator's /metrics."""
+    url = f"http://127.0.0.1:{port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and not line.startswith("#"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def profile(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "WindowsRuntimeProfile",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def condition(body: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for entry in (body.get("status") or {}).get("conditions") or []:
+        if entry.get("type") == type_:
+            return dict(entry)
+    return None
+
+
+def read_plan(api_client: client.ApiClient, ns: str) -> dict[str, Any] | None:
+    try:
+        config_map = client.CoreV1Api(api_client).read_namespaced_config_map(
+            "wcow-runtime-plan", ns
+        )
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    return dict(json.loads((config_map.data or {})["plan.json"]))

@@ -1,0 +1,226 @@
+"""The real operator against a real API server: create, edit, heal, delete; twice in a row.
+
+Runs when KUBECONFIG points at a cluster (see conftest.py). It installs crds/ if missing
+(and removes it again if it installed it), runs in a namespace of its own, and leaves no
+objects behind.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tests.e2e.operator_harness import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    condition,
+    installed_crd,
+    metric,
+    namespace,
+    profile,
+    read_plan,
+    running_operator,
+    wait_for,
+)
+from wcow_operator.api.errors import parse_profile
+from wcow_operator.render.plan import plan_entry
+from wcow_operator.render.runtimeclass import render_runtime_class
+
+pytestmark = pytest.mark.e2e
+
+
+def _get_rc(node: client.NodeV1Api, name: str) -> dict[str, Any] | None:
+    try:
+        return dict(node.api_client.sanitize_for_serialization(node.read_runtime_class(name)))
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def _profile_body(custom: client.CustomObjectsApi, name: str) -> dict[str, Any] | None:
+    try:
+        return dict(custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name))
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def _expect_runtime_class(node: client.NodeV1Api, body: dict[str, Any]) -> None:
+    """The live RuntimeClass carries exactly what the profile renders to."""
+    want = render_runtime_class(parse_profile(body))
+    live = wait_for(
+        f"RuntimeClass {want['metadata']['name']}", lambda: _get_rc(node, want["metadata"]["name"])
+    )
+    assert live["handler"] == want["handler"]
+    assert live.get("overhead") == want.get("overhead")
+    assert live["scheduling"] == want["scheduling"]
+    for key, value in want["metadata"]["labels"].items():
+        assert live["metadata"]["labels"][key] == value
+    (owner,) = [r for r in live["metadata"]["ownerReferences"] if r.get("controller")]
+    assert owner["uid"] == body["metadata"]["uid"]
+    assert owner["kind"] == "WindowsRuntimeProfile"
+
+
+@pytest.mark.parametrize("round_", [1, 2], ids=["first-run", "second-run-same-cluster"])
+def test_operator_lifecycle(kube: client.ApiClient, prefix: str, round_: int) -> None:
+    custom = client.CustomObjectsApi(kube)
+    node = client.NodeV1Api(kube)
+    names = {k: f"{prefix}-{k}" for k in ("hv", "proc", "small")}
+    specs: dict[str, dict[str, Any]] = {
+        "hv": {
+            "isolation": "HyperV",
+            "windowsBuild": "ltsc2022",
+            "vm": {"processorCount": 2, "memoryMB": 2048},
+        },
+        "proc": {
+            "isolation": "Process",
+            "scheduling": {
+                "tolerations": [
+                    {"key": "os", "operator": "Equal", "value": "windows", "effect": "NoSchedule"}
+                ]
+            },
+        },
+        "small": {
+            "isolation": "HyperV",
+            "windowsBuild": "10.0.17763",
+            "vm": {"processorCount": 1, "memoryMB": 1024},
+            "overhead": {"policy": "WholeVM"},
+        },
+    }
+    with (
+        installed_crd(kube),
+        namespace(kube, prefix) as ns,
+        running_operator(ns, "--resync-seconds", "5") as operator,
+    ):
+        # No leftovers from an earlier run: nothing of ours but what we create now.
+        leftovers = [
+            rc.metadata.name
+            for rc in node.list_runtime_class().items
+            if rc.metadata.name.startswith("e2e-")
+            and (rc.metadata.labels or {}).get("app.kubernetes.io/managed-by") == "wcow-operator"
+        ]
+        assert leftovers == []
+
+        for key, spec in specs.items():
+            custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, profile(names[key], **spec))
+        try:
+            for key in specs:
+                body = wait_for(
+                    f"{names[key]} to be Valid",
+                    lambda k=key: (
+                        (b := _profile_body(custom, names[k]))
+                        and ((condition(b, "Valid") or {}).get("status") == "True")
+                        and b["status"].get("observedGeneration") == b["metadata"]["generation"]
+                        and b
+                    ),
+                )
+                assert "runtime.wcow.dev/cleanup" in body["metadata"]["finalizers"]
+                assert body["status"]["handler"] == names[key]
+                assert body["status"]["runtimeClassName"] == names[key]
+                _expect_runtime_class(node, body)
+
+            plan = wait_for(
+                "the plan to hold all three handlers",
+                lambda: (
+                    (p := read_plan(kube, ns)) and set(names.values()) <= set(p["handlers"]) and p
+                ),
+            )
+            for key in specs:
+                body = _profile_body(custom, names[key])
+                assert body is not None
+                assert plan["handlers"][names[key]] == plan_entry(parse_profile(body))
+
+            # Edit one: a bigger VM; its RuntimeClass overhead and plan entry follow.
+            custom.patch_cluster_custom_object(
+                GROUP,
+                VERSION,
+                PLURAL,
+                names["small"],
+                {"spec": {"vm": {"processorCount": 2, "memoryMB": 4096}}},
+            )
+            wait_for(
+                "the edited RuntimeClass",
+                lambda: (
+                    (rc := _get_rc(node, names["small"]))
+                    and rc["overhead"]["podFixed"] == {"cpu": "2", "memory": "4096Mi"}
+                ),
+            )
+            wait_for(
+                "the edited plan entry",
+                lambda: (
+                    (p := read_plan(kube, ns))
+                    and p["handlers"][names["small"]]["vm"]["memoryMB"] == 4096
+                ),
+            )
+
+            # Break a RuntimeClass by hand, then delete one: both heal.
+            node.patch_runtime_class(names["hv"], {"overhead": {"podFixed": {"cpu": "9"}}})
+            wait_for(
+                "the hand-edited RuntimeClass to heal",
+                lambda: (
+                    (rc := _get_rc(node, names["hv"]))
+                    and rc["overhead"]["podFixed"] == {"cpu": "100m", "memory": "512Mi"}
+                ),
+            )
+            node.delete_runtime_class(names["proc"])
+            wait_for("the deleted RuntimeClass to come back", lambda: _get_rc(node, names["proc"]))
+
+            # An invalid edit is refused by the API server's CEL rules before it is stored.
+            with pytest.raises(ApiException) as refused:
+                custom.patch_cluster_custom_object(
+                    GROUP, VERSION, PLURAL, names["proc"], {"spec": {"vm": {"memoryMB": 2048}}}
+                )
+            assert refused.value.status == 422
+            assert "vm is only valid with isolation HyperV" in str(refused.value.body)
+
+            # Once settled, resync passes (every 5 s here) make no writes at all.
+            _settle(operator["metrics"])
+            writes = metric(operator["metrics"], "wcow_api_writes_total")
+            passes = metric(operator["metrics"], "wcow_reconcile_total")
+            wait_for(
+                "two more reconcile passes",
+                lambda: metric(operator["metrics"], "wcow_reconcile_total") >= passes + 2,
+                timeout=30,
+            )
+            assert metric(operator["metrics"], "wcow_api_writes_total") == writes
+        finally:
+            for key in specs:
+                try:
+                    custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, names[key])
+                except ApiException as error:
+                    if error.status != 404:
+                        raise
+
+        for key in specs:
+            wait_for(
+                f"{names[key]} to be gone (finalizer removed)",
+                lambda k=key: _profile_body(custom, names[k]) is None,
+            )
+            wait_for(
+                f"RuntimeClass {names[key]} to be gone",
+                lambda k=key: _get_rc(node, names[k]) is None,
+            )
+        plan = read_plan(kube, ns)
+        assert plan is not None
+        assert not set(names.values()) & set(plan["handlers"])
+
+
+def _settle(port: int) -> None:
+    """Wait until the operator's write counter stops moving for a few seconds."""
+    last = [-1.0]
+
+    def still() -> bool:
+        now = metric(port, "wcow_api_writes_total")
+        steady, last[0] = now == last[0], now
+        if not steady:
+            time.sleep(6)
+        return steady
+
+    wait_for("the operator to stop writing", still, timeout=90)
