@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -163,12 +164,14 @@ def test_console_scripts_are_installed() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    for placeholder in (["wcow-operator"], ["wcow-agent", "run"], ["wcow-agent", "uninstall"]):
-        result = subprocess.run(
-            [str(bindir / placeholder[0]), *placeholder[1:]],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert result.returncode != 0  # placeholders must not pretend to work
-        assert "not implemented yet" in result.stderr
+    result = subprocess.run(
+        [str(bindir / "wcow-operator"), "--help"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0
+    assert "--resync-seconds" in result.stdout
+    env = {"PATH": os.environ.get("PATH", "")}  # no namespace anywhere
+    result = subprocess.run(
+        [str(bindir / "wcow-operator")], capture_output=True, text=True, check=False, env=env
+    )
+    assert result.returncode == 2
+    assert "no namespace for the plan ConfigMap" in result.stderr
