@@ -149,7 +149,7 @@ def test_operator_lifecycle(kube: client.ApiClient, prefix: str, round_: int) ->
                 "the edited RuntimeClass",
                 lambda: (
                     (rc := _get_rc(node, names["small"]))
-                    and rc["overhead"]["podFixed"] == {"cpu": "2", "memory": "4096Mi"}
+                    and rc["overhead"]["podFixed"] == {"cpu": "2", "memory": "4Gi"}
                 ),
             )
             wait_for(

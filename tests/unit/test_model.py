@@ -153,7 +153,10 @@ def test_overhead_quantities_must_be_kubernetes_quantities(quantity: object) -> 
 
 def test_overhead_accepts_quantities_as_numbers_and_strings(make_profile: MakeProfile) -> None:
     profile = make_profile(overhead={"podFixed": {"cpu": 1, "memory": "1.5Gi"}})
-    assert profile.spec.effective_overhead() == {"cpu": "1", "memory": "1.5Gi"}
+    assert profile.spec.effective_overhead() == {
+        "cpu": "1",
+        "memory": "1536Mi",
+    }  # as the API server stores it
 
 
 def test_overhead_resource_names_are_cpu_and_memory() -> None:
@@ -291,3 +294,28 @@ def test_every_problem_is_reported_not_only_the_first() -> None:
     found = problems(handler="Bad_Handler", vm={"memoryMB": 3}, canary={"timeoutSeconds": 1})
     fields = sorted(p.split(":", 1)[0] for p in found)
     assert fields == ["spec.canary.timeoutSeconds", "spec.handler", "spec.vm.memoryMB"]
+
+
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [
+        ("2048Mi", "2Gi"),
+        ("1536Mi", "1536Mi"),
+        ("1.5Gi", "1536Mi"),
+        ("1000m", "1"),
+        ("0.5", "500m"),
+        ("100m", "100m"),
+        ("1000", "1k"),
+        ("1500", "1500"),
+        ("0.5Ki", "512"),
+        ("1e3", "1e3"),
+        ("0", "0"),
+    ],
+)
+def test_overhead_is_rendered_as_the_api_server_stores_it(
+    make_profile: MakeProfile, given: str, stored: str
+) -> None:
+    # apimachinery's Quantity.String(); anything else would make every resync a write.
+    assert make_profile(overhead={"podFixed": {"memory": given}}).spec.effective_overhead() == {
+        "memory": stored
+    }

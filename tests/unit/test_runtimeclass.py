@@ -37,12 +37,12 @@ def test_whole_vm_overhead_charges_the_vm_size(make_profile: MakeProfile) -> Non
     rc = render_runtime_class(
         make_profile(vm={"processorCount": 1, "memoryMB": 2048}, overhead={"policy": "WholeVM"})
     )
-    assert rc["overhead"] == {"podFixed": {"cpu": "1", "memory": "2048Mi"}}
+    assert rc["overhead"] == {"podFixed": {"cpu": "1", "memory": "2Gi"}}
 
 
 def test_physically_backed_vm_defaults_to_whole_vm_overhead(make_profile: MakeProfile) -> None:
     rc = render_runtime_class(make_profile(vm={"fullyPhysicallyBacked": True}))
-    assert rc["overhead"] == {"podFixed": {"cpu": "2", "memory": "1024Mi"}}
+    assert rc["overhead"] == {"podFixed": {"cpu": "2", "memory": "1Gi"}}
 
 
 def test_no_overhead_for_process_or_policy_none(make_profile: MakeProfile) -> None:

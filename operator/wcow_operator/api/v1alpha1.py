@@ -29,6 +29,7 @@ from wcow_operator.api.validation import (
     DNS1123_LABEL_PATTERN,
     DNS1123_SUBDOMAIN_MAX,
     QUANTITY_PATTERN,
+    canonical_quantity,
     is_dns1123_label,
     is_dns1123_subdomain,
     is_quantity,
@@ -211,7 +212,12 @@ class PodFixed(_Model):
     """Memory the runtime costs each pod, e.g. 512Mi."""
 
     def as_resource_list(self) -> dict[str, str]:
-        return {k: str(v) for k, v in (("cpu", self.cpu), ("memory", self.memory)) if v is not None}
+        """As the API server will store them (canonical quantities)."""
+        return {
+            k: canonical_quantity(v)
+            for k, v in (("cpu", self.cpu), ("memory", self.memory))
+            if v is not None
+        }
 
 
 class OverheadSpec(_Model):
@@ -542,8 +548,8 @@ class WindowsRuntimeProfileSpec(_Model):
         if policy == "Baseline":
             return dict(BASELINE_OVERHEAD)
         return {
-            "cpu": str(vm.processor_count or UVM_DEFAULT_PROCESSORS),
-            "memory": f"{vm.memory_mb or UVM_DEFAULT_MEMORY_MB}Mi",
+            "cpu": canonical_quantity(str(vm.processor_count or UVM_DEFAULT_PROCESSORS)),
+            "memory": canonical_quantity(f"{vm.memory_mb or UVM_DEFAULT_MEMORY_MB}Mi"),
         }
 
 

@@ -91,7 +91,8 @@ class _Profile:
 def _parse(observed: ObservedProfile, settings: ReconcileSettings) -> _Profile:
     state = _Profile(observed)
     try:
-        state.model = parse_profile(observed.body)
+        # The status is ours to write; whatever it holds must not make the spec invalid.
+        state.model = parse_profile({k: v for k, v in observed.body.items() if k != "status"})
     except ProfileInvalidError as invalid:
         state.problems = [str(problem) for problem in invalid.problems]
         return state
