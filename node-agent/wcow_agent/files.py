@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import codecs
+import importlib
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -38,3 +40,61 @@ def write_atomically(path: Path, text: str, backup: bool = True) -> None:
     except BaseException:
         Path(temp_name).unlink(missing_ok=True)
         raise
+
+
+def sweep_temp_files(path: Path) -> list[Path]:
+    """Remove temp files a killed agent left beside ``path`` (they never replaced it)."""
+    removed = []
+    for leftover in path.parent.glob(f".{path.name}.*.tmp"):
+        leftover.unlink(missing_ok=True)
+        removed.append(leftover)
+    return removed
+
+
+class LockedError(RuntimeError):
+    pass
+
+
+class FileLock:
+    """One wcow-agent per config.toml: ``run``, ``uninstall`` and ``merge --write`` take
+    this lock so that they never interleave writes and restarts. The OS drops it when the
+    process dies, so a killed agent never leaves a stale lock."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._handle: int | None = None
+
+    def acquire(self) -> None:
+        handle = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if sys.platform == "win32":  # pragma: no cover - Windows only
+                msvcrt = importlib.import_module("msvcrt")
+                msvcrt.locking(handle, msvcrt.LK_NBLCK, 1)
+            else:
+                fcntl = importlib.import_module("fcntl")
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                owner = os.read(handle, 64).decode("ascii", "replace").strip()
+            except OSError:  # Windows refuses reads of a locked region
+                owner = ""
+            os.close(handle)
+            raise LockedError(
+                f"another wcow-agent (pid {owner or 'unknown'}) is working on this config.toml "
+                f"(lock {self.path}); stop it first"
+            ) from None
+        os.ftruncate(handle, 0)
+        os.write(handle, str(os.getpid()).encode("ascii"))
+        self._handle = handle
+
+    def release(self) -> None:
+        if self._handle is not None:
+            os.close(self._handle)
+            self._handle = None
+
+    def __enter__(self) -> FileLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -83,8 +83,14 @@ class MergeResult:
         )
 
 
-def config_version(document: Mapping[str, Any]) -> int:
-    """The file's schema version; containerd reads a file without ``version`` as 1."""
+def config_version(document: Mapping[str, Any], fallback: int | None = None) -> int:
+    """The file's schema version; containerd reads a file without ``version`` as 1.
+
+    A file without ``version`` and without any ``plugins`` table holds nothing whose
+    layout depends on the version; it gets ``fallback`` (the schema of the node's
+    containerd) when given."""
+    if "version" not in document and fallback is not None and "plugins" not in document:
+        return fallback
     version = document.get("version", 1)
     if isinstance(version, bool) or not isinstance(version, int):
         raise ConfigError(f"config.toml: version must be an integer, not {version!r}")
@@ -173,6 +179,31 @@ def _blank_lines_only(a: str, b: str) -> bool:
     return squeeze(a) == squeeze(b)
 
 
+def _finish(merged: str, version_line: str, pristine: str | None, version: int, owns: bool) -> str:
+    """Drop the ``version`` line this merge added when it added nothing else; give back the
+    original file when the agent owns nothing any more."""
+    if owns:
+        return merged
+    if version_line and merged.startswith(version_line):
+        merged = merged[len(version_line) :]
+    if pristine is not None and _restores(merged, pristine, version):
+        return pristine
+    return merged
+
+
+def _restores(merged: str, pristine: str, version: int) -> bool:
+    """Whether ``merged`` is ``pristine`` up to blank lines and a ``version`` line that a
+    merge added to a file that had none."""
+    if _blank_lines_only(merged, pristine):
+        return True
+    added = f"version = {version}\n"
+    return (
+        merged.startswith(added)
+        and not pristine.startswith(added)
+        and _blank_lines_only(merged[len(added) :], pristine)
+    )
+
+
 def _is_marked(table: Any) -> bool:
     trivia = getattr(table, "trivia", None)
     return trivia is not None and MARKER in (trivia.comment or "")
@@ -192,6 +223,8 @@ def merge_config(
     owned: Mapping[str, str],
     builtin_runtimes: Mapping[str, Mapping[str, Any]] = BUILTIN_RUNTIMES_1_7,
     pristine: str | None = None,
+    *,
+    fallback_version: int | None = None,
 ) -> MergeResult:
     """config.toml text with exactly ``desired`` as the agent's handlers.
 
@@ -201,12 +234,17 @@ def merge_config(
     ``pristine`` is the file as it was before the agent first wrote it: when the agent
     owns nothing any more and the file differs from it only in blank lines (tomlkit adds
     separators around tables it inserts), that original is returned byte for byte.
+    ``fallback_version`` is the schema of the node's containerd, for a file that has no
+    ``version`` and no plugin tables (it gains a ``version`` line with the first table).
     """
     try:
         document = tomlkit.parse(text)
     except TOMLKitError as error:
         raise ConfigError(f"config.toml is not valid TOML: {error}") from None
-    version = config_version(document)
+    version = config_version(document, fallback_version)
+    version_line = "" if "version" in document else f"version = {version}\n"
+    if version_line:
+        document = tomlkit.parse(version_line + text)
     path = RUNTIMES_PATH[version]
     runtimes = _runtimes(document, path, create=False)
     had_runtimes = runtimes is not None and len(runtimes) > 0
@@ -255,11 +293,9 @@ def merge_config(
             result=result,
         )
     _prune_empty(document, path)
-    text = tomlkit.dumps(document)
-    if pristine is not None and not now_owned and _blank_lines_only(text, pristine):
-        text = pristine
+    merged = _finish(tomlkit.dumps(document), version_line, pristine, version, bool(now_owned))
     return MergeResult(
-        text=text,
+        text=merged,
         version=version,
         added=result.added,
         updated=result.updated,

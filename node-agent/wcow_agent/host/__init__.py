@@ -1,0 +1,33 @@
+"""Everything Windows-specific, behind small interfaces (see ``interfaces.py``)."""
+
+from wcow_agent.host.interfaces import (
+    CancelledError,
+    CommandTimeoutError,
+    Containerd,
+    ContainerdError,
+    Cri,
+    CriError,
+    CriStatus,
+    Hcs,
+    HcsError,
+    Host,
+    HostError,
+    SandboxStatus,
+    WindowsInfo,
+)
+
+__all__ = [
+    "CancelledError",
+    "CommandTimeoutError",
+    "Containerd",
+    "ContainerdError",
+    "Cri",
+    "CriError",
+    "CriStatus",
+    "Hcs",
+    "HcsError",
+    "Host",
+    "HostError",
+    "SandboxStatus",
+    "WindowsInfo",
+]
