@@ -1,0 +1,146 @@
+{{/*
+Expand the name of the chart.
+*/}}
+{{- define "wcow-runtime.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Create a default fully qualified app name. Truncated at 54 characters, not 63, so that
+"<fullname>-operator-metrics" still fits a DNS label.
+If the release name contains the chart name it is used as the full name.
+*/}}
+{{- define "wcow-runtime.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 46 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 46 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 46 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Create chart name and version as used by the chart label.
+*/}}
+{{- define "wcow-runtime.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Common labels
+*/}}
+{{- define "wcow-runtime.labels" -}}
+helm.sh/chart: {{ include "wcow-runtime.chart" . }}
+{{ include "wcow-runtime.selectorLabels" . }}
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: wcow-runtime
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Selector labels
+*/}}
+{{- define "wcow-runtime.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "wcow-runtime.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+Per component: the operator (Linux Deployment) and the node agent (Windows DaemonSet).
+*/}}
+{{- define "wcow-runtime.operator.labels" -}}
+{{ include "wcow-runtime.labels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "wcow-runtime.operator.selectorLabels" -}}
+{{ include "wcow-runtime.selectorLabels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "wcow-runtime.agent.labels" -}}
+{{ include "wcow-runtime.labels" . }}
+app.kubernetes.io/component: node-agent
+{{- end }}
+
+{{- define "wcow-runtime.agent.selectorLabels" -}}
+{{ include "wcow-runtime.selectorLabels" . }}
+app.kubernetes.io/component: node-agent
+{{- end }}
+
+{{/*
+Fixed object names: the binaries and docs refer to them.
+*/}}
+{{- define "wcow-runtime.operator.fullname" -}}
+{{ include "wcow-runtime.fullname" . }}-operator
+{{- end }}
+
+{{- define "wcow-runtime.agent.fullname" -}}
+{{ include "wcow-runtime.fullname" . }}-agent
+{{- end }}
+
+{{- define "wcow-runtime.operator.serviceAccountName" -}}
+{{ include "wcow-runtime.operator.fullname" . }}
+{{- end }}
+
+{{- define "wcow-runtime.agent.serviceAccountName" -}}
+{{ include "wcow-runtime.agent.fullname" . }}
+{{- end }}
+
+{{/*
+The generated RBAC rules (files/rbac-rules.yaml, written from wcow_operator/rbac.py by
+deploy/generate.py). Call with (dict "ctx" $ "set" "operatorCluster").
+*/}}
+{{- define "wcow-runtime.rules" -}}
+{{- $rules := .ctx.Files.Get "files/rbac-rules.yaml" | fromYaml -}}
+{{- if not (hasKey $rules .set) }}
+{{- fail (printf "files/rbac-rules.yaml has no rule set %q: run deploy/generate.py" .set) }}
+{{- end }}
+{{- toYaml (get $rules .set) }}
+{{- end }}
+
+{{/*
+image: repository:tag or repository@digest. Call with (dict "image" .Values.operator.image "ctx" $).
+*/}}
+{{- define "wcow-runtime.image" -}}
+{{- if .image.digest -}}
+{{ .image.repository }}@{{ .image.digest }}
+{{- else -}}
+{{ .image.repository }}:{{ .image.tag | default .ctx.Chart.AppVersion }}
+{{- end -}}
+{{- end }}
+
+{{/*
+Whether the cluster (or --kube-version) can run the admission policy.
+*/}}
+{{- define "wcow-runtime.admissionPolicy.check" -}}
+{{- if and .Values.agent.enabled .Values.admissionPolicy.enabled (semverCompare "<1.30-0" .Capabilities.KubeVersion.Version) }}
+{{- fail (printf "admissionPolicy.enabled needs Kubernetes 1.30 or later (ValidatingAdmissionPolicy v1, and the node name in service-account tokens); this cluster is %s: set admissionPolicy.enabled=false, or upgrade the cluster" .Capabilities.KubeVersion.Version) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Whether default profiles can be created in this step: see profiles.create in values.yaml.
+*/}}
+{{- define "wcow-runtime.profiles.ready" -}}
+{{- if and .Values.profiles.create (or (not .Values.crds.enabled) (.Capabilities.APIVersions.Has "runtime.wcow.dev/v1alpha1/WindowsRuntimeProfile")) -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/*
+The prefix of every Node label and annotation the agent owns: the API group (wcow_operator
+READY_LABEL_PREFIX; a test keeps them equal).
+*/}}
+{{- define "wcow-runtime.keyPrefix" -}}
+runtime.wcow.dev/
+{{- end }}
