@@ -1,38 +1,68 @@
 """``wcow-agent``: the Windows node agent.
 
-Only ``merge`` exists so far: the offline half of the agent (choose the handlers this host
-can run, merge them into config.toml), for the demo and for nodes managed without
-Kubernetes. ``run`` and ``uninstall`` come with the node agent's issue.
+- ``run``: the DaemonSet's command; watches the plan and keeps this node's handlers
+  applied, proven and reported (``runner.py``).
+- ``merge``: the offline half (choose the handlers this host can run, merge them into
+  config.toml), for the demo and for nodes managed without Kubernetes.
+- ``uninstall``: remove every table, file, label and annotation the agent owns.
+- ``canary``: prove handlers on this node now and print the results (no labels).
+
+Exit codes: 0 ok, 1 failed (the message says why), 2 usage or environment.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-from wcow_agent.eligibility import Host, choose_handlers
-from wcow_agent.files import read_config, write_atomically
+from wcow_agent.apply import NodeAgent, Timeouts, UninstallError
+from wcow_agent.canary import Canary, CanarySpec
+from wcow_agent.cluster import Cluster, ClusterError
+from wcow_agent.eligibility import Host as EligibilityHost
+from wcow_agent.eligibility import choose_handlers
+from wcow_agent.files import FileLock, LockedError, read_config, write_atomically
+from wcow_agent.health import Health, HealthServer
+from wcow_agent.host.interfaces import Host, HostError
+from wcow_agent.host.windows import (
+    WindowsHostOptions,
+    default_config_path,
+    default_containerd_binary,
+    default_work_dir,
+    windows_host,
+)
 from wcow_agent.merge import BUILTIN_RUNTIMES_1_6, BUILTIN_RUNTIMES_1_7, ConfigError, merge_config
+from wcow_agent.metrics import Metrics
 from wcow_agent.plan import PlanError, load_plan
+from wcow_agent.runner import AgentLoop, RunOptions
+from wcow_agent.state import PRISTINE_SUFFIX, STATE_SUFFIX, Paths, load_state, save_state
+from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_operator.api.windows_builds import parse_windows_build
+from wcow_operator.render.runtimeclass import READY_VALUE, ready_label
 
-EXIT_INVALID = 1
-STATE_SUFFIX = ".wcow-state.json"
-PRISTINE_SUFFIX = ".wcow-original"
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+DEFAULT_NAMESPACE = "wcow-system"
+
+log = logging.getLogger("wcow_agent")
+
+HostFactory = Callable[[argparse.Namespace, threading.Event], Host]
+ClusterFactory = Callable[[], Cluster]
+
+
+# -- merge (offline) -----------------------------------------------------------------------
 
 
 def _state_path(config: Path, given: str | None) -> Path:
     return Path(given) if given else config.with_name(config.name + STATE_SUFFIX)
-
-
-def _read_owned(path: Path) -> dict[str, str]:
-    if not path.exists():
-        return {}
-    owned = json.loads(path.read_text(encoding="utf-8")).get("owned", {})
-    return {str(k): str(v) for k, v in owned.items()}
 
 
 def _read_existing(config: Path) -> str:
@@ -46,13 +76,15 @@ def _read_existing(config: Path) -> str:
 
 def cmd_merge(args: argparse.Namespace) -> int:
     config = Path(args.config)
+    state_file = _state_path(config, args.state)
     try:
-        host = Host(parse_windows_build(args.host_build), hyperv_available=args.hyperv)
+        host = EligibilityHost(parse_windows_build(args.host_build), hyperv_available=args.hyperv)
         plan = load_plan(Path(args.plan).read_text(encoding="utf-8"), args.plan)
         before = _read_existing(config)
         eligible, refused = choose_handlers(plan["handlers"], host)
-        state = _state_path(config, args.state)
-        owned = _read_owned(state)
+        state, warning = load_state(state_file)
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
         pristine_path = config.with_name(config.name + PRISTINE_SUFFIX)
         pristine = read_config(pristine_path) if pristine_path.exists() else None
         builtins = (
@@ -61,13 +93,14 @@ def cmd_merge(args: argparse.Namespace) -> int:
         result = merge_config(
             before,
             {handler: entry["runtime"] for handler, entry in eligible.items()},
-            owned,
+            state.owned,
             builtins,
             pristine,
+            fallback_version=3 if args.containerd_version == "2" else 2,
         )
     except (ConfigError, PlanError, ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
-        return EXIT_INVALID
+        return EXIT_FAILED
 
     for handler, reason in refused.items():
         print(f"not eligible: {handler}: {reason}", file=sys.stderr)
@@ -85,30 +118,37 @@ def cmd_merge(args: argparse.Namespace) -> int:
     print(f"config version {result.version}: {summary or 'no change'}", file=sys.stderr)
     if not args.write:
         sys.stdout.write(result.diff(before, config.name))
-        return 0
-    if result.owned and not owned and pristine is None:
-        # The file before the agent's first change, so that removing everything restores it.
-        write_atomically(pristine_path, before, backup=False)
-    if result.changed(before):
-        write_atomically(config, result.text)
-        print(f"wrote {config} (previous file kept as {config.name}.wcow-backup)", file=sys.stderr)
-    write_atomically(
-        state, json.dumps({"owned": result.owned}, indent=2, sort_keys=True) + "\n", backup=False
-    )
-    if not result.owned:
-        pristine_path.unlink(missing_ok=True)
-    return 0
+        return EXIT_OK
+    try:
+        with FileLock(Paths(config).lock):
+            if result.owned and not state.owned and pristine is None:
+                # The file before the agent's first change: removing everything restores it.
+                write_atomically(pristine_path, before, backup=False)
+            if result.changed(before):
+                write_atomically(config, result.text)
+                print(
+                    f"wrote {config} (previous file kept as {config.name}.wcow-backup); "
+                    "restart containerd to load it",
+                    file=sys.stderr,
+                )
+            state.owned = result.owned
+            save_state(state_file, state)
+            if not result.owned:
+                pristine_path.unlink(missing_ok=True)
+    except LockedError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="wcow-agent", description="wcow-runtime node agent")
-    commands = parser.add_subparsers(dest="command", required=True)
+def _add_merge(commands: Any) -> None:
     merge = commands.add_parser(
         "merge",
         help="merge a plan into a containerd config.toml, offline",
         description="Choose the plan's handlers this host can run and merge them into "
         "config.toml. Prints a unified diff; --write replaces the file atomically, keeps a "
-        ".wcow-backup copy and records the tables it owns in a state file.",
+        ".wcow-backup copy and records the tables it owns in a state file. It does not "
+        "restart containerd.",
     )
     merge.add_argument("--config", required=True, help="containerd config.toml")
     merge.add_argument("--plan", required=True, help="plan.json from `wcow render --out`")
@@ -128,24 +168,353 @@ def build_parser() -> argparse.ArgumentParser:
         "--containerd-version",
         choices=("1.6", "1.7", "2"),
         default="1.7",
-        help="containerd on the host, for its built-in runtimes (default 1.7)",
+        help="containerd on the host, for its built-in runtimes and the schema of a file "
+        "without `version` (default 1.7)",
     )
     merge.add_argument("--state", help=f"ownership state file (default CONFIG{STATE_SUFFIX})")
     merge.add_argument("--write", action="store_true", help="write the file instead of a diff")
     merge.set_defaults(func=cmd_merge)
-    for name, text in (
-        ("run", "watch the plan and keep this node's handlers applied and proven"),
-        ("uninstall", "remove every table and label the agent owns"),
-    ):
-        commands.add_parser(name, help=f"{text} (not implemented yet)").set_defaults(
-            func=_not_implemented
+
+
+# -- the node host and the cluster ----------------------------------------------------------
+
+
+def _add_host_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        default=None,
+        help=r"containerd config.toml (default %%ProgramFiles%%\containerd\config.toml)",
+    )
+    parser.add_argument(
+        "--containerd",
+        default=None,
+        help=r"containerd.exe (default %%ProgramFiles%%\containerd\containerd.exe)",
+    )
+    parser.add_argument("--crictl", default="crictl.exe", help="crictl (default: on PATH)")
+    parser.add_argument(
+        "--cri-endpoint",
+        default="npipe:////./pipe/containerd-containerd",
+        help="containerd's CRI endpoint",
+    )
+    parser.add_argument("--service-name", default="containerd", help="containerd's Windows service")
+    parser.add_argument(
+        "--work-dir",
+        default=None,
+        help=r"canary logs and crictl request files (default %%ProgramData%%\wcow-agent)",
+    )
+    parser.add_argument(
+        "--hyperv",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="whether this host can run Hyper-V isolation (auto: ask Windows)",
+    )
+    parser.add_argument(
+        "--restart-timeout",
+        type=float,
+        default=120.0,
+        help="seconds containerd may take to restart and answer on CRI (default 120)",
+    )
+
+
+def real_host(args: argparse.Namespace, stop: threading.Event) -> Host:
+    return windows_host(
+        WindowsHostOptions(
+            containerd_binary=args.containerd or default_containerd_binary(),
+            crictl=args.crictl,
+            cri_endpoint=args.cri_endpoint,
+            service_name=args.service_name,
+            work_dir=args.work_dir or default_work_dir(),
+            hyperv=args.hyperv,
+        ),
+        cancel=stop,
+    )
+
+
+def real_cluster() -> Cluster:
+    from wcow_agent.k8s import KubernetesCluster  # noqa: PLC0415 - only `run` needs the client
+
+    return KubernetesCluster.from_environment()
+
+
+def _agent(args: argparse.Namespace, host: Host, stop: threading.Event) -> NodeAgent:
+    return NodeAgent(
+        host,
+        Paths(Path(args.config or default_config_path())),
+        log_root=args.work_dir or default_work_dir(),
+        timeouts=Timeouts(restart=args.restart_timeout),
+        cancel=stop,
+    )
+
+
+# -- run -----------------------------------------------------------------------------------
+
+
+def _add_run(commands: Any) -> None:
+    run = commands.add_parser(
+        "run",
+        help="watch the plan and keep this node's handlers applied and proven",
+        description="Run as the node agent (a HostProcess DaemonSet pod). Needs NODE_NAME "
+        "(downward API); reads the plan ConfigMap in WCOW_PLAN_NAMESPACE (default "
+        f"{DEFAULT_NAMESPACE}).",
+    )
+    _add_host_flags(run)
+    run.add_argument("--metrics-port", type=int, default=9551, help="Prometheus /metrics")
+    run.add_argument("--health-port", type=int, default=9552, help="/healthz and /readyz")
+    run.add_argument("--resync-seconds", type=float, default=300.0, help="full reconcile interval")
+    run.add_argument(
+        "--drift-check-seconds",
+        type=float,
+        default=30.0,
+        help="how often config.toml is checked for changes by others (default 30)",
+    )
+    run.add_argument(
+        "--retry-seconds",
+        type=float,
+        default=30.0,
+        help="delay before retrying after a failed or incomplete cycle (default 30)",
+    )
+    run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    run.set_defaults(func=cmd_run)
+
+
+def install_signal_handlers(stop: threading.Event, wake: threading.Event) -> None:
+    """SIGTERM (kubelet), SIGINT / Ctrl-C, and SIGBREAK (Windows consoles) stop the loop
+    after the step in progress; canary steps are abandoned and cleaned up."""
+
+    def handle(signum: int, _frame: object) -> None:
+        log.info("signal %s: stopping after the current step", signum)
+        stop.set()
+        wake.set()
+
+    for name in ("SIGTERM", "SIGINT", "SIGBREAK"):
+        number = getattr(signal, name, None)
+        if number is not None:
+            signal.signal(number, handle)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    stop = threading.Event()
+    loop = prepare_run(args, os.environ, real_host, real_cluster, stop)
+    if isinstance(loop, int):
+        return loop
+    install_signal_handlers(stop, loop.wake)
+    return serve(args, loop)
+
+
+def prepare_run(
+    args: argparse.Namespace,
+    environ: Any,
+    host_factory: HostFactory,
+    cluster_factory: ClusterFactory,
+    stop: threading.Event,
+) -> AgentLoop | int:
+    node = environ.get("NODE_NAME", "")
+    if not node:
+        print(
+            "error: NODE_NAME is not set: give the pod its node name through the downward "
+            "API (env NODE_NAME from fieldRef spec.nodeName)",
+            file=sys.stderr,
         )
+        return EXIT_USAGE
+    try:
+        host = host_factory(args, stop)
+        cluster = cluster_factory()
+    except (HostError, ClusterError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as error:  # noqa: BLE001 - kubeconfig errors come in many types
+        print(f"error: cannot reach Kubernetes: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    options = RunOptions(
+        node_name=node,
+        namespace=environ.get("WCOW_PLAN_NAMESPACE") or DEFAULT_NAMESPACE,
+        resync_seconds=args.resync_seconds,
+        drift_check_seconds=args.drift_check_seconds,
+        retry_seconds=args.retry_seconds,
+    )
+    return AgentLoop(
+        _agent(args, host, stop),
+        cluster,
+        options,
+        metrics=Metrics(),
+        health=Health(),
+        stop=stop,
+    )
+
+
+def serve(args: argparse.Namespace, loop: AgentLoop) -> int:
+    """Hold the lock, start the metrics and health servers, run until stopped."""
+    from prometheus_client import start_http_server  # noqa: PLC0415
+
+    lock = FileLock(loop.agent.paths.lock)
+    try:
+        lock.acquire()
+    except (LockedError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    metrics_server, _ = start_http_server(args.metrics_port, registry=loop.metrics.registry)
+    health_server = HealthServer(loop.health, args.health_port)
+    health_server.start()
+    log.info(
+        "wcow-agent on node %s: plan %s/wcow-runtime-plan, config %s, metrics :%s, health :%s",
+        loop.options.node_name,
+        loop.options.namespace,
+        loop.agent.paths.config,
+        metrics_server.server_address[1],
+        health_server.port,
+    )
+    try:
+        loop.run()
+    finally:
+        health_server.stop()
+        metrics_server.shutdown()
+        metrics_server.server_close()
+        lock.release()
+        log.info("stopped")
+    return EXIT_OK
+
+
+# -- uninstall -----------------------------------------------------------------------------
+
+
+def _add_uninstall(commands: Any) -> None:
+    uninstall = commands.add_parser(
+        "uninstall",
+        help="remove every table, file and label the agent owns; restart containerd once",
+        description="Removes the agent's tables from config.toml (restoring the file as it "
+        "was before the agent's first change when it can), restarts containerd once, "
+        "deletes the agent's files beside config.toml, and, when NODE_NAME is set, removes "
+        "the Node's runtime.wcow.dev/<handler> labels and the status annotation. Stop "
+        "`wcow-agent run` first.",
+    )
+    _add_host_flags(uninstall)
+    uninstall.add_argument(
+        "--no-kubernetes",
+        action="store_true",
+        help="leave the Node's labels and annotation alone (no API access needed)",
+    )
+    uninstall.set_defaults(func=cmd_uninstall)
+
+
+def cmd_uninstall(args: argparse.Namespace) -> int:
+    return uninstall(args, os.environ, real_host, real_cluster)
+
+
+def uninstall(
+    args: argparse.Namespace,
+    environ: Any,
+    host_factory: HostFactory,
+    cluster_factory: ClusterFactory,
+) -> int:
+    stop = threading.Event()
+    try:
+        agent = _agent(args, host_factory(args, stop), stop)
+    except HostError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    code = EXIT_OK
+    try:
+        with FileLock(agent.paths.lock):
+            for line in agent.uninstall():
+                print(line, file=sys.stderr)
+        agent.paths.lock.unlink(missing_ok=True)
+    except (LockedError, UninstallError, HostError, ConfigError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        code = EXIT_FAILED
+    node = environ.get("NODE_NAME", "")
+    if args.no_kubernetes or not node:
+        if not args.no_kubernetes:
+            print("NODE_NAME not set: Node labels left as they are", file=sys.stderr)
+        return code
+    try:
+        cluster = cluster_factory()
+        current = cluster.get_node(node)
+        labels: dict[str, str | None] = {
+            key: None
+            for key, value in current.labels.items()
+            if key.startswith(ready_label("")) and value == READY_VALUE
+        }
+        annotations: dict[str, str | None] = (
+            {AGENT_STATUS_ANNOTATION: None}
+            if AGENT_STATUS_ANNOTATION in current.annotations
+            else {}
+        )
+        cluster.patch_node(node, labels, annotations)
+        print(f"removed {len(labels)} label(s) and the status of Node {node}", file=sys.stderr)
+    except Exception as error:  # noqa: BLE001 - report any API or config failure
+        print(f"error: Node {node} not cleaned: {error}", file=sys.stderr)
+        code = EXIT_FAILED
+    return code
+
+
+# -- canary (on demand, local) ----------------------------------------------------------
+
+
+def _add_canary(commands: Any) -> None:
+    canary = commands.add_parser(
+        "canary",
+        help="prove handlers on this node now and print the results as JSON",
+        description="Starts a canary sandbox per handler through CRI and checks it "
+        "through HCS, as `run` does; prints one JSON object per handler. Touches neither "
+        "config.toml nor the Node (use the Node annotation runtime.wcow.dev/canary-request "
+        "to have the running agent re-prove and re-label).",
+    )
+    _add_host_flags(canary)
+    canary.add_argument("handlers", nargs="+", metavar="HANDLER")
+    canary.add_argument("--plan", required=True, help="plan.json holding the handlers")
+    canary.set_defaults(func=cmd_canary)
+
+
+def cmd_canary(args: argparse.Namespace) -> int:
+    return run_canaries(args, real_host)
+
+
+def run_canaries(args: argparse.Namespace, host_factory: HostFactory) -> int:
+    stop = threading.Event()
+    try:
+        plan = load_plan(Path(args.plan).read_text(encoding="utf-8"), args.plan)
+        host = host_factory(args, stop)
+    except (PlanError, OSError, HostError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    unknown = [h for h in args.handlers if h not in plan["handlers"]]
+    if unknown:
+        print(f"error: not in the plan: {', '.join(unknown)}", file=sys.stderr)
+        return EXIT_USAGE
+    canary = Canary(host.cri, host.hcs, args.work_dir or default_work_dir())
+    code = EXIT_OK
+    for handler in args.handlers:
+        result = canary.run(CanarySpec.from_plan(handler, plan["handlers"][handler]), stop)
+        print(
+            json.dumps(
+                {
+                    "handler": handler,
+                    "passed": result.passed,
+                    "reason": result.reason,
+                    "message": result.message,
+                    "durationSeconds": round(result.duration_seconds, 3),
+                    "observed": dict(result.observed),
+                },
+                sort_keys=True,
+            )
+        )
+        code = code if result.passed else EXIT_FAILED
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="wcow-agent", description="wcow-runtime node agent")
+    commands = parser.add_subparsers(dest="command", required=True)
+    _add_merge(commands)
+    _add_run(commands)
+    _add_uninstall(commands)
+    _add_canary(commands)
     return parser
-
-
-def _not_implemented(args: argparse.Namespace) -> int:
-    print(f"wcow-agent {args.command}: not implemented yet", file=sys.stderr)
-    return 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

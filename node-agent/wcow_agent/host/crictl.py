@@ -30,13 +30,17 @@ class CrictlCri:
         crictl: str = "crictl",
         endpoint: str = WINDOWS_ENDPOINT,
         work_dir: Path | None = None,
+        steady_runner: Runner | None = None,
     ) -> None:
+        """``runner`` may abandon a command when the agent stops (canary steps);
+        ``steady_runner`` is for what must finish anyway: status, list, stop, remove."""
         self.runner = runner
+        self.steady_runner = steady_runner or runner
         self.crictl = crictl
         self.endpoint = endpoint
         self.work_dir = work_dir
 
-    def _run(self, args: Sequence[str], timeout: float) -> str:
+    def _run(self, args: Sequence[str], timeout: float, steady: bool = False) -> str:
         seconds = max(1, math.ceil(timeout))
         command = [
             self.crictl,
@@ -49,7 +53,8 @@ class CrictlCri:
             *args,
         ]
         try:
-            result = self.runner(command, timeout=seconds + _GRACE_SECONDS)
+            runner = self.steady_runner if steady else self.runner
+            result = runner(command, timeout=seconds + _GRACE_SECONDS)
         except HostError as error:
             raise CriError(str(error)) from None
         if result.returncode != 0:
@@ -57,8 +62,8 @@ class CrictlCri:
             raise CriError(f"crictl {args[0]} failed: {detail or f'exit {result.returncode}'}")
         return result.stdout
 
-    def _json(self, args: Sequence[str], timeout: float) -> Any:
-        output = self._run(args, timeout)
+    def _json(self, args: Sequence[str], timeout: float, steady: bool = False) -> Any:
+        output = self._run(args, timeout, steady)
         try:
             return json.loads(output)
         except json.JSONDecodeError:
@@ -74,7 +79,7 @@ class CrictlCri:
         return paths, folder
 
     def status(self, timeout: float) -> CriStatus:
-        info = self._json(["info", "-o", "json"], timeout)
+        info = self._json(["info", "-o", "json"], timeout, steady=True)
         return parse_info(info)
 
     def run_pod_sandbox(self, config: Mapping[str, Any], handler: str, timeout: float) -> str:
@@ -93,14 +98,14 @@ class CrictlCri:
         args = ["pods", "-o", "json"]
         for key, value in sorted(labels.items()):
             args += ["--label", f"{key}={value}"]
-        document = self._json(args, timeout)
+        document = self._json(args, timeout, steady=True)
         return [parse_sandbox(item) for item in document.get("items") or []]
 
     def stop_pod_sandbox(self, sandbox_id: str, timeout: float) -> None:
-        self._run(["stopp", sandbox_id], timeout)
+        self._run(["stopp", sandbox_id], timeout, steady=True)
 
     def remove_pod_sandbox(self, sandbox_id: str, timeout: float) -> None:
-        self._run(["rmp", "--force", sandbox_id], timeout)
+        self._run(["rmp", "--force", sandbox_id], timeout, steady=True)
 
     def pull_image(self, image: str, timeout: float) -> None:
         self._run(["pull", image], timeout)

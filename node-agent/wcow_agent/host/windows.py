@@ -148,6 +148,12 @@ def windows_host(options: WindowsHostOptions, cancel: threading.Event | None = N
         containerd=ContainerdCli(
             options.containerd_binary, runner, WindowsService(options.service_name, runner)
         ),
-        cri=CrictlCri(SubprocessRunner(cancel), options.crictl, options.cri_endpoint, work_dir),
+        cri=CrictlCri(
+            SubprocessRunner(cancel),
+            options.crictl,
+            options.cri_endpoint,
+            work_dir,
+            steady_runner=runner,
+        ),
         hcs=load_computecore(),
     )

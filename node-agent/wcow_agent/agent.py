@@ -1,0 +1,219 @@
+"""The agent's decisions, pure: no I/O, no clock, no Kubernetes.
+
+``apply.py`` gathers facts from the host and executes; ``runner.py`` talks to the cluster.
+Everything that decides (whether to restart, which tables drifted, which handlers need a
+canary, what the Node's labels and status annotation become) is here and unit-tested
+without fakes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from wcow_agent.canary import CanaryResult
+from wcow_agent.host.containerd import version_tuple
+from wcow_agent.merge import BUILTIN_RUNTIMES_1_6, BUILTIN_RUNTIMES_1_7, MergeResult, table_hash
+from wcow_agent.state import AgentState
+from wcow_operator.api.agent_status import (
+    AgentStatus,
+    HandlerState,
+    HandlerStatus,
+)
+from wcow_operator.render.runtimeclass import READY_VALUE, ready_label
+
+REASON_MAX = 128
+MESSAGE_MAX = 1024
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    build: str  # 10.0.<build>
+    hyperv_available: bool
+    containerd_version: str | None
+
+
+@dataclass(frozen=True)
+class HandlerOutcome:
+    state: HandlerState
+    reason: str
+    message: str = ""
+    generation: int | None = None
+    canary_duration: float | None = None
+    carried: bool = False
+    """The canary was not rerun: the previous result for this table still holds."""
+
+
+@dataclass
+class CycleReport:
+    """What one reconcile found and did; the runner turns it into labels, status, metrics
+    and events."""
+
+    facts: HostFacts | None = None
+    config_version: int | None = None
+    plan_hash: str | None = None
+    handlers: dict[str, HandlerOutcome] | None = None
+    """None: no plan to judge by (ConfigMap missing or unreadable); keep the labels."""
+    result: str = "unchanged"  # unchanged | applied | rolled_back | rejected | refused | failed
+    wrote: bool = False
+    restarts: list[str] = field(default_factory=list)  # reason per restart
+    drift_repaired: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    canaries: list[CanaryResult] = field(default_factory=list)
+    events: list[tuple[str, str, bool]] = field(default_factory=list)  # (reason, message, warn)
+    requeue: bool = False
+    """Something is worth retrying soon (network not ready, containerd had not loaded the
+    file), not only at the next resync."""
+
+    def event(self, reason: str, message: str, warning: bool = False) -> None:
+        self.events.append((reason, message, warning))
+
+
+def builtin_runtimes_for(containerd_version: str | None) -> Mapping[str, Mapping[str, Any]]:
+    """containerd 1.x's built-in Windows handlers, which a version-2 file loses as soon as
+    it defines a runtime (1.6 has only runhcs-wcow-process)."""
+    if containerd_version is not None and version_tuple(containerd_version) < (1, 7):
+        return BUILTIN_RUNTIMES_1_6
+    return BUILTIN_RUNTIMES_1_7
+
+
+def restart_reason(state: AgentState, disk_hash: str | None) -> str | None:
+    """Why containerd must restart before anything else, after a crash: a restart was
+    begun and not confirmed, or the agent wrote the file on disk and containerd never came
+    up with it (the agent died between the write and the restart)."""
+    if state.restart_pending:
+        return "recovery"
+    if (
+        disk_hash is not None
+        and disk_hash == state.written
+        and state.loaded is not None
+        and state.loaded != disk_hash
+    ):
+        return "recovery"
+    return None
+
+
+def drifted(
+    result: MergeResult, owned_before: Mapping[str, str], desired: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """Handlers whose table the agent had written exactly as desired, and that the merge
+    had to add or rewrite: something else removed or changed them."""
+    return sorted(
+        handler
+        for handler in (*result.added, *result.updated)
+        if handler in desired and owned_before.get(handler) == table_hash(desired[handler])
+    )
+
+
+def needs_canary(
+    handler: str, table: str, state: AgentState, forced: bool, failed_before: bool
+) -> bool:
+    """A canary runs for a table that has not passed one yet (new, changed, or failed
+    last time), or when one was requested."""
+    return forced or failed_before or state.canaried.get(handler) != table
+
+
+def canary_enabled(entry: Mapping[str, Any]) -> bool:
+    return bool((entry.get("canary") or {}).get("enabled", True))
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def build_status(
+    report: CycleReport,
+    previous: AgentStatus | None,
+    now: str,
+) -> AgentStatus | None:
+    """The Node's ``runtime.wcow.dev/agent-status``. Transition times change only when a
+    handler's state changes; ``updatedAt`` only when anything else does. None when the
+    cycle learnt nothing about the host (keep the old annotation)."""
+    if report.facts is None:
+        return None
+    old = previous.handlers if previous is not None else {}
+    handlers: dict[str, HandlerStatus] = {}
+    if report.handlers is None:
+        handlers = dict(old)
+    else:
+        for name, outcome in sorted(report.handlers.items()):
+            before = old.get(name)
+            duration = outcome.canary_duration
+            message = outcome.message
+            if outcome.carried and before is not None and before.state == outcome.state:
+                duration = before.canary_duration_seconds if duration is None else duration
+                message = message or before.message
+            handlers[name] = HandlerStatus(
+                state=outcome.state,
+                reason=_clip(outcome.reason, REASON_MAX),
+                message=_clip(message, MESSAGE_MAX),
+                profile_generation=outcome.generation,
+                canary_duration_seconds=None if duration is None else round(duration, 3),
+                last_transition_time=(
+                    before.last_transition_time
+                    if before is not None and before.state == outcome.state
+                    else now
+                ),
+            )
+    status = AgentStatus(
+        host_build=report.facts.build,
+        hyperv_available=report.facts.hyperv_available,
+        containerd_version=report.facts.containerd_version,
+        config_version=report.config_version,
+        applied_plan_hash=report.plan_hash
+        if report.handlers is not None
+        else (previous.applied_plan_hash if previous else None),
+        updated_at=previous.updated_at if previous is not None else None,
+        handlers=handlers,
+    )
+    if previous is None or _content(status) != _content(previous):
+        status = status.model_copy(update={"updated_at": now})
+    return status
+
+
+def _content(status: AgentStatus) -> dict[str, Any]:
+    data = status.model_dump(by_alias=True)
+    data.pop("updatedAt", None)
+    return data
+
+
+def status_json(status: AgentStatus) -> str:
+    """Compact, key-sorted JSON: the same status always gives the same annotation text."""
+    return json.dumps(
+        status.model_dump(by_alias=True, exclude_none=True),
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+
+
+def parse_status(text: str | None) -> AgentStatus | None:
+    if not text:
+        return None
+    try:
+        return AgentStatus.model_validate_json(text)
+    except ValueError:
+        return None
+
+
+def ready_handlers(report: CycleReport) -> set[str] | None:
+    if report.handlers is None:
+        return None
+    return {name for name, outcome in report.handlers.items() if outcome.state == "Ready"}
+
+
+def label_changes(current: Mapping[str, str], ready: Iterable[str]) -> dict[str, str | None]:
+    """The Node label patch: ``runtime.wcow.dev/<handler>=ready`` for each ready handler,
+    removal of every other such label (failed, removed, ineligible handlers). Labels of
+    that prefix with another value are not the agent's and stay."""
+    wanted = {ready_label(handler) for handler in ready}
+    prefix = ready_label("")
+    changes: dict[str, str | None] = {}
+    for key in sorted(wanted):
+        if current.get(key) != READY_VALUE:
+            changes[key] = READY_VALUE
+    for key, value in sorted(current.items()):
+        if key.startswith(prefix) and value == READY_VALUE and key not in wanted:
+            changes[key] = None
+    return changes

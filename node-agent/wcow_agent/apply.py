@@ -1,0 +1,642 @@
+"""One apply cycle on the node: read, merge, write, restart, prove, and nothing more.
+
+The order of an apply is what makes it crash-safe (the agent may be killed at any line):
+
+1. the candidate file is checked by the node's own containerd (``config dump``) before
+   anything is written: a file containerd cannot load never replaces the old one;
+2. the state file records the union of old and new ownership (so a table written in 3 is
+   never mistaken for a user's table), then
+3. config.toml is replaced atomically (temp file, flush, rename; the previous file is kept
+   as ``config.toml.wcow-backup``), then
+4. the state records "written, restart pending" before the restart, and "loaded" after
+   containerd answers on CRI again.
+
+A new agent that finds "restart pending", or a file it wrote that containerd never came up
+with, restarts containerd before doing anything else. If containerd does not answer with
+the new file, the old file is put back, containerd restarted again, and the new file's hash
+is remembered as rejected so the same file is never retried in a loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from wcow_agent.agent import (
+    CycleReport,
+    HandlerOutcome,
+    HostFacts,
+    builtin_runtimes_for,
+    canary_enabled,
+    drifted,
+    needs_canary,
+    restart_reason,
+)
+from wcow_agent.canary import Canary, CanaryResult, CanarySpec
+from wcow_agent.eligibility import Host as EligibilityHost
+from wcow_agent.eligibility import classify_handlers
+from wcow_agent.files import read_config, sweep_temp_files, write_atomically
+from wcow_agent.host.containerd import config_version_for
+from wcow_agent.host.interfaces import ContainerdError, Host, HostError
+from wcow_agent.merge import ConfigError, MergeResult, merge_config
+from wcow_agent.state import AgentState, Paths, load_state, save_state, text_hash
+from wcow_operator.api.agent_status import HandlerState
+from wcow_operator.api.windows_builds import WindowsBuild
+from wcow_operator.render.containerd import RUNTIMES_PATH
+
+log = logging.getLogger("wcow_agent")
+
+CRI_POLL_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    restart: float = 120.0
+    """How long containerd may take to restart and answer on CRI."""
+    cri_poll: float = CRI_POLL_SECONDS
+
+
+class UninstallError(RuntimeError):
+    pass
+
+
+class NodeAgent:
+    def __init__(
+        self,
+        host: Host,
+        paths: Paths,
+        *,
+        log_root: str,
+        timeouts: Timeouts | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        self.host = host
+        self.paths = paths
+        self.timeouts = timeouts or Timeouts()
+        self.clock = clock
+        self.sleep = sleep
+        self.cancel = cancel
+        self.canary = Canary(host.cri, host.hcs, log_root, clock)
+        self._build: WindowsBuild | None = None
+        self._hyperv: bool | None = None
+        self._containerd_version: str | None = None
+        self._swept = False
+        self._failed_canaries: set[str] = set()
+        self._not_loaded_restart: str | None = None
+
+    # -- facts -----------------------------------------------------------------------
+
+    def facts(self) -> HostFacts:
+        """Build and Hyper-V once per process (they change only with a reboot, which
+        restarts the agent); containerd's version every cycle (upgrades)."""
+        if self._build is None:
+            self._build = self.host.windows.windows_build()
+        if self._hyperv is None:
+            self._hyperv = self.host.windows.hyperv_available()
+        try:
+            self._containerd_version = self.host.containerd.version()
+        except ContainerdError:
+            if self._containerd_version is None:
+                raise
+        return HostFacts(self._build.label_value, self._hyperv, self._containerd_version)
+
+    # -- the cycle -------------------------------------------------------------------
+
+    def reconcile(self, plan: Mapping[str, Any] | None, force_canary: bool = False) -> CycleReport:
+        """Bring config.toml and containerd in line with ``plan`` (None: no plan known,
+        change nothing but finish an interrupted restart), then prove what changed."""
+        report = CycleReport(plan_hash=plan.get("hash") if plan else None)
+        cycle = self._begin(report, plan)
+        if cycle is None or plan is None:
+            return report
+        eligible = self._judge(cycle, plan)
+        if eligible is None or cycle.result is None:
+            return report
+        failed_apply = self._write(cycle, eligible)
+        self._prove(cycle, plan, eligible, failed_apply, force_canary)
+        return report
+
+    def _begin(self, report: CycleReport, plan: Mapping[str, Any] | None) -> _Cycle | None:
+        """Host facts, state, the file on disk, and what a killed predecessor left."""
+        try:
+            facts = self.facts()
+        except HostError as error:
+            report.result = "failed"
+            report.event("HostFactsUnavailable", str(error), warning=True)
+            if plan is not None:
+                report.handlers = {
+                    h: HandlerOutcome("Failed", "HostFactsUnavailable", str(error))
+                    for h in plan["handlers"]
+                }
+            return None
+        report.facts = facts
+        state, warning = load_state(self.paths.state)
+        if warning:
+            report.event("StateUnreadable", warning, warning=True)
+        sweep_temp_files(self.paths.config)
+        if not self._swept:
+            self._sweep(report)
+        config = self.paths.config
+        created = not config.exists()
+        try:
+            original = self.host.containerd.config_default() if created else read_config(config)
+        except (HostError, OSError, UnicodeDecodeError) as error:
+            self._refused(report, plan, "ConfigUnreadable", f"{config}: {error}")
+            return None
+        disk_hash = None if created else text_hash(original)
+        if not created and state.loaded is None and not state.restart_pending:
+            state.loaded = disk_hash  # first contact: containerd runs what is on disk
+        elif (
+            disk_hash is not None
+            and disk_hash not in (state.written, state.loaded)
+            and not state.restart_pending
+        ):
+            report.event(
+                "ConfigChangedElsewhere",
+                f"{config} was rewritten by something else; checking the agent's tables",
+            )
+            state.loaded = disk_hash
+        cycle = _Cycle(report, facts, state, original, created, disk_hash)
+        if restart_reason(state, disk_hash):
+            # Finish what a killed predecessor began before changing anything else.
+            self._recover(cycle)
+            if config.exists() and cycle.disk_hash != text_hash(read_config(config)):
+                cycle.original = read_config(config)  # rolled back to the backup
+                cycle.disk_hash = text_hash(cycle.original)
+        return cycle
+
+    def _judge(self, cycle: _Cycle, plan: Mapping[str, Any]) -> dict[str, Mapping[str, Any]] | None:
+        """Which handlers this host runs, and the merged file (None: the file is refused)."""
+        report, facts, state = cycle.report, cycle.facts, cycle.state
+        eligible, refused = classify_handlers(
+            plan["handlers"], EligibilityHost(_build(facts.build), facts.hyperv_available)
+        )
+        report.handlers = {
+            handler: HandlerOutcome(
+                "NotEligible", r.reason, r.message, plan["handlers"][handler].get("generation")
+            )
+            for handler, r in refused.items()
+        }
+        desired = {handler: entry["runtime"] for handler, entry in eligible.items()}
+        pristine = read_config(self.paths.pristine) if self.paths.pristine.exists() else None
+        version = facts.containerd_version
+        try:
+            cycle.result = merge_config(
+                cycle.original,
+                desired,
+                state.owned,
+                builtin_runtimes_for(version),
+                pristine,
+                fallback_version=config_version_for(version) if version else None,
+            )
+        except ConfigError as error:
+            self._refused(report, plan, "ConfigRefused", str(error), eligible)
+            return None
+        result = cycle.result
+        report.config_version = result.version
+        for handler, message in result.conflicts.items():
+            report.handlers[handler] = HandlerOutcome(
+                "Conflict", "ConflictingTable", message, eligible[handler].get("generation")
+            )
+        report.drift_repaired = drifted(result, state.owned, desired)
+        if report.drift_repaired:
+            report.event(
+                "DriftRepaired",
+                "config.toml lost or changed the agent's tables for "
+                f"{', '.join(report.drift_repaired)}; writing them again",
+                warning=True,
+            )
+        report.removed = [h for h in result.removed if h not in desired]
+        return eligible
+
+    def _write(
+        self, cycle: _Cycle, eligible: Mapping[str, Mapping[str, Any]]
+    ) -> dict[str, tuple[str, str]]:
+        """Write and restart when the file changes; returns handlers whose change failed."""
+        result, state, report = cycle.require_result(), cycle.state, cycle.report
+        changed = result.changed(cycle.original) and not (cycle.created and not result.owned)
+        new_hash = text_hash(result.text)
+        touched = sorted({*result.added, *result.updated} & set(eligible))
+        if not changed:
+            return {}
+        if new_hash in state.rejected:
+            report.result = "rejected"
+            return dict.fromkeys(touched, ("ConfigRejectedBefore", state.rejected[new_hash]))
+        problem = self._preflight(result, cycle.facts)
+        if problem:
+            state.rejected[new_hash] = problem
+            save_state(self.paths.state, state)
+            report.result = "rejected"
+            report.event("ConfigRejected", problem, warning=True)
+            return dict.fromkeys(touched, ("ConfigRejected", problem))
+        came_up, why = self._apply(report, state, cycle.original, result, cycle.created)
+        return {} if came_up else dict.fromkeys(touched, ("ContainerdRolledBack", why))
+
+    def _sweep(self, report: CycleReport) -> None:
+        removed, error = self.canary.sweep()
+        if removed:
+            report.event("CanaryLeftoversRemoved", f"removed canary sandboxes {', '.join(removed)}")
+        self._swept = error is None
+
+    def _refused(
+        self,
+        report: CycleReport,
+        plan: Mapping[str, Any] | None,
+        reason: str,
+        message: str,
+        eligible: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> CycleReport:
+        """config.toml cannot be edited: nothing is written, every handler that should be
+        applied fails closed (its label goes), the message says what to fix."""
+        report.result = "refused"
+        report.event(reason, message, warning=True)
+        if plan is not None:
+            outcomes = report.handlers if report.handlers is not None else {}
+            for handler, entry in (eligible or plan["handlers"]).items():
+                outcomes.setdefault(
+                    handler, HandlerOutcome("Failed", reason, message, entry.get("generation"))
+                )
+            report.handlers = outcomes
+        return report
+
+    # -- writing and restarting ---------------------------------------------------------
+
+    def _preflight(self, result: MergeResult, facts: HostFacts) -> str | None:
+        """Ask the node's containerd to load the candidate (``config dump``) before it
+        replaces anything; check that its default runtime and our handlers are there."""
+        candidate = self.paths.config.with_name(f".{self.paths.config.name}.candidate.tmp")
+        candidate.write_text(result.text, encoding="utf-8")
+        try:
+            dump = self.host.containerd.config_dump(candidate)
+        except ContainerdError as error:
+            return (
+                f"containerd {facts.containerd_version or ''} cannot load the merged file: {error}"
+            )
+        finally:
+            candidate.unlink(missing_ok=True)
+        try:
+            effective = tomllib.loads(dump)
+        except tomllib.TOMLDecodeError:
+            return None  # an unexpected dump format proves nothing either way
+        runtimes, default = _dumped_runtimes(effective)
+        if runtimes is None:
+            return None
+        if default and default not in runtimes:
+            return (
+                f"with the merged file containerd would have no default runtime {default!r} "
+                "(containerd 1.x drops its built-in runtimes when the file defines any)"
+            )
+        missing = sorted(h for h in result.owned if h not in runtimes)
+        if missing:
+            return (
+                f"containerd does not see handler(s) {', '.join(missing)} in the merged file "
+                f"(config version {result.version} on containerd {facts.containerd_version})"
+            )
+        return None
+
+    def _apply(
+        self,
+        report: CycleReport,
+        state: AgentState,
+        original: str,
+        result: MergeResult,
+        created: bool,
+    ) -> tuple[bool, str]:
+        paths = self.paths
+        owned_before = dict(state.owned)
+        if result.owned and not owned_before and not created and not paths.pristine.exists():
+            # The file before the agent's first change: removing everything restores it.
+            write_atomically(paths.pristine, original, backup=False)
+        state.owned = {**owned_before, **result.owned}
+        state.created_config = state.created_config or created
+        save_state(paths.state, state)
+        write_atomically(paths.config, result.text, backup=not created)
+        report.wrote = True
+        new_hash = text_hash(result.text)
+        state.written = new_hash
+        state.restart_pending = True
+        save_state(paths.state, state)
+        came_up, why = self._restart_and_wait(report, "apply")
+        if came_up:
+            state.loaded = new_hash
+            state.restart_pending = False
+            state.owned = dict(result.owned)
+            save_state(paths.state, state)
+            report.result = "applied"
+            return True, ""
+        # Put the old file back (from memory: it is also the backup on disk).
+        report.result = "rolled_back"
+        report.event(
+            "ContainerdRollback",
+            f"containerd did not come up with the new config.toml ({why}); restoring the "
+            "previous file",
+            warning=True,
+        )
+        if created:
+            paths.config.unlink(missing_ok=True)
+            state.written = None
+        else:
+            write_atomically(paths.config, original, backup=False)
+            state.written = text_hash(original)
+        state.rejected[new_hash] = why
+        save_state(paths.state, state)
+        back, why_back = self._restart_and_wait(report, "rollback")
+        state.owned = owned_before
+        if back:
+            state.loaded = state.written
+            state.restart_pending = False
+        else:
+            report.event(
+                "ContainerdDown",
+                f"containerd did not come up with the previous config.toml either: {why_back}",
+                warning=True,
+            )
+        save_state(paths.state, state)
+        return False, why
+
+    def _recover(self, cycle: _Cycle) -> None:
+        """Finish a restart a killed agent began; if containerd will not come up with a
+        file the agent wrote, go back to the backup."""
+        report, state, disk_hash = cycle.report, cycle.state, cycle.disk_hash
+        report.event("RestartRecovery", "finishing a containerd restart an earlier run began")
+        came_up, why = self._restart_and_wait(report, "recovery")
+        if came_up:
+            state.loaded = disk_hash
+            state.restart_pending = False
+            save_state(self.paths.state, state)
+            return
+        backup = self.paths.backup
+        if disk_hash is not None and disk_hash == state.written and backup.exists():
+            previous = read_config(backup)
+            if text_hash(previous) != disk_hash:
+                state.rejected[disk_hash] = why
+                write_atomically(self.paths.config, previous, backup=False)
+                state.written = text_hash(previous)
+                save_state(self.paths.state, state)
+                report.result = "rolled_back"
+                came_up, why = self._restart_and_wait(report, "rollback")
+                if came_up:
+                    state.loaded = state.written
+                    state.restart_pending = False
+                    save_state(self.paths.state, state)
+                    return
+        report.result = "failed"
+        report.event("ContainerdDown", f"containerd does not come up: {why}", warning=True)
+        save_state(self.paths.state, state)
+
+    def _restart_and_wait(self, report: CycleReport, reason: str) -> tuple[bool, str]:
+        """Restart containerd and wait until it answers on CRI with RuntimeReady. Not
+        cancelled by a stop request: a half-done restart is worse than a late exit."""
+        report.restarts.append(reason)
+        limit = self.timeouts.restart
+        deadline = self.clock() + limit
+        try:
+            self.host.containerd.restart(limit)
+        except HostError as error:
+            return False, f"restart failed: {error}"
+        last = "no answer"
+        while True:
+            left = deadline - self.clock()
+            try:
+                status = self.host.cri.status(max(1.0, min(10.0, left)))
+                if status.runtime_ready:
+                    return True, ""
+                last = status.message or "RuntimeReady is false"
+            except HostError as error:
+                last = str(error)
+            if self.clock() >= deadline:
+                return False, f"containerd did not answer on CRI within {limit:.0f} s: {last}"
+            self.sleep(self.timeouts.cri_poll)
+
+    # -- canaries --------------------------------------------------------------------
+
+    def _prove(
+        self,
+        cycle: _Cycle,
+        plan: Mapping[str, Any],
+        eligible: Mapping[str, Mapping[str, Any]],
+        failed_apply: Mapping[str, tuple[str, str]],
+        force: bool,
+    ) -> None:
+        """Canary each applied handler whose table has not passed one (or all, when
+        forced); carry the result of those that have."""
+        report, state, result = cycle.report, cycle.state, cycle.require_result()
+        outcomes = report.handlers if report.handlers is not None else {}
+        pending = [h for h in sorted(eligible) if h not in outcomes]
+        cri_ready: bool | None = None
+        for handler in pending:
+            entry = eligible[handler]
+            generation = entry.get("generation")
+            if handler in failed_apply:
+                reason, message = failed_apply[handler]
+                outcomes[handler] = HandlerOutcome("Failed", reason, message, generation)
+                continue
+            table = result.owned.get(handler)
+            if table is None:  # not applied (should not happen: merge owns what it wrote)
+                outcomes[handler] = HandlerOutcome(
+                    "Failed", "NotApplied", "the table is not in config.toml", generation
+                )
+                continue
+            if not canary_enabled(entry):
+                outcomes[handler] = HandlerOutcome(
+                    "Ready",
+                    "CanaryDisabled",
+                    "applied; the profile disables the canary",
+                    generation,
+                )
+                continue
+            if not needs_canary(handler, table, state, force, handler in self._failed_canaries):
+                outcomes[handler] = HandlerOutcome(
+                    "Ready", "CanaryPassed", "", generation, carried=True
+                )
+                continue
+            if self.cancel is not None and self.cancel.is_set():
+                outcomes[handler] = HandlerOutcome(
+                    "Pending", "AgentStopping", "the agent stopped before the canary", generation
+                )
+                continue
+            if cri_ready is None:
+                cri_ready = self._cri_ready_for_canary(report, outcomes, pending, eligible)
+            if not cri_ready:
+                break
+            outcome = self._run_canary(report, state, handler, entry, table)
+            outcomes[handler] = outcome
+        report.handlers = outcomes
+
+    def _cri_ready_for_canary(
+        self,
+        report: CycleReport,
+        outcomes: dict[str, HandlerOutcome],
+        pending: list[str],
+        eligible: Mapping[str, Mapping[str, Any]],
+    ) -> bool:
+        state: HandlerState
+        try:
+            status = self.host.cri.status(10.0)
+        except HostError as error:
+            state, reason, message = "Failed", "ContainerdNotReady", str(error)
+        else:
+            if status.runtime_ready and status.network_ready:
+                return True
+            if status.runtime_ready:
+                state, reason = "Pending", "NetworkNotReady"
+                message = f"pod networking is not ready yet ({status.message}); retrying"
+                report.requeue = True
+            else:
+                state, reason, message = "Failed", "ContainerdNotReady", status.message
+        for handler in pending:
+            outcomes.setdefault(
+                handler,
+                HandlerOutcome(state, reason, message, eligible[handler].get("generation")),
+            )
+        return False
+
+    def _run_canary(
+        self,
+        report: CycleReport,
+        state: AgentState,
+        handler: str,
+        entry: Mapping[str, Any],
+        table: str,
+    ) -> HandlerOutcome:
+        generation = entry.get("generation")
+        spec = CanarySpec.from_plan(handler, entry)
+        outcome: CanaryResult = self.canary.run(spec, self.cancel)
+        report.canaries.append(outcome)
+        if outcome.cleanup_error:
+            self._swept = False  # sweep again next cycle
+        if outcome.passed:
+            state.canaried[handler] = table
+            self._failed_canaries.discard(handler)
+            save_state(self.paths.state, state)
+            return HandlerOutcome(
+                "Ready", outcome.reason, outcome.message, generation, outcome.duration_seconds
+            )
+        if outcome.reason == "CanaryCancelled":
+            return HandlerOutcome("Pending", "AgentStopping", outcome.message, generation)
+        state.canaried.pop(handler, None)
+        self._failed_canaries.add(handler)
+        disk_hash = state.written or state.loaded
+        if outcome.reason == "RuntimeNotLoaded" and self._not_loaded_restart != disk_hash:
+            # containerd runs an older file than the one on disk (state lost, or an
+            # offline merge without restart): restart once for this file, then retry.
+            self._not_loaded_restart = disk_hash
+            state.restart_pending = True
+            report.requeue = True
+        save_state(self.paths.state, state)
+        report.event(outcome.reason, f"canary for {handler}: {outcome.message}", warning=True)
+        return HandlerOutcome(
+            "Failed", outcome.reason, outcome.message, generation, outcome.duration_seconds
+        )
+
+    # -- uninstall ---------------------------------------------------------------------
+
+    def uninstall(self) -> list[str]:
+        """Remove every table the agent owns, restart containerd once, delete the agent's
+        files. Returns what was done; raises UninstallError when containerd would not
+        come up without the tables (the file with them is put back)."""
+        done: list[str] = []
+        paths = self.paths
+        state, _ = load_state(paths.state)
+        sweep_temp_files(paths.config)
+        removed, _ = self.canary.sweep()
+        if removed:
+            done.append(f"removed canary sandboxes {', '.join(removed)}")
+        report = CycleReport()
+        if paths.config.exists():
+            original = read_config(paths.config)
+            pristine = read_config(paths.pristine) if paths.pristine.exists() else None
+            version = self._containerd_version_or_none()
+            result = merge_config(
+                original,
+                {},
+                state.owned,
+                builtin_runtimes_for(version),
+                pristine,
+                fallback_version=config_version_for(version) if version else None,
+            )
+            delete = state.created_config and self._is_containerd_default(result.text)
+            if result.changed(original) or delete:
+                if delete:
+                    paths.config.unlink()
+                    done.append(f"deleted {paths.config} (the agent had created it)")
+                else:
+                    write_atomically(paths.config, result.text)
+                    done.append(f"removed {', '.join(result.removed) or 'the agent'}'s tables")
+                came_up, why = self._restart_and_wait(report, "uninstall")
+                if not came_up:
+                    write_atomically(paths.config, original, backup=False)
+                    self._restart_and_wait(report, "rollback")
+                    raise UninstallError(
+                        f"containerd did not come up without the agent's tables ({why}); "
+                        f"{paths.config} was put back as it was"
+                    )
+                done.append("restarted containerd")
+            elif restart_reason(state, text_hash(original)):
+                self._restart_and_wait(report, "recovery")
+                done.append("restarted containerd (an earlier restart was unfinished)")
+        for leftover in (paths.state, paths.pristine, paths.backup):
+            if leftover.exists():
+                leftover.unlink()
+                done.append(f"deleted {leftover.name}")
+        return done
+
+    def _containerd_version_or_none(self) -> str | None:
+        try:
+            return self.host.containerd.version()
+        except HostError:
+            return None
+
+    def _is_containerd_default(self, text: str) -> bool:
+        try:
+            return text == self.host.containerd.config_default()
+        except HostError:
+            return False
+
+
+@dataclass
+class _Cycle:
+    """What one reconcile has learnt so far."""
+
+    report: CycleReport
+    facts: HostFacts
+    state: AgentState
+    original: str
+    created: bool
+    disk_hash: str | None
+    result: MergeResult | None = None
+
+    def require_result(self) -> MergeResult:
+        if self.result is None:  # pragma: no cover - a programming error
+            raise RuntimeError("merge result used before the merge")
+        return self.result
+
+
+def _build(label: str) -> WindowsBuild:
+    return WindowsBuild(int(label.rsplit(".", 1)[1]))
+
+
+def _dumped_runtimes(effective: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """(runtimes map, default runtime name) of a ``config dump``."""
+    version = effective.get("version")
+    path = RUNTIMES_PATH.get(version) if isinstance(version, int) else None
+    if path is None:
+        return None, None
+    node: Any = effective
+    for name in path[:-1]:
+        node = node.get(name) if isinstance(node, dict) else None
+    if not isinstance(node, dict):
+        return None, None
+    runtimes = node.get(path[-1])
+    default = node.get("default_runtime_name")
+    return (
+        runtimes if isinstance(runtimes, dict) else {},
+        default if isinstance(default, str) else None,
+    )

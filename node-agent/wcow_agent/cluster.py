@@ -1,0 +1,69 @@
+"""What the agent needs from Kubernetes: the plan ConfigMap and its own Node.
+
+``k8s.py`` implements this with the official client (the only module that imports it);
+tests use a fake of this interface. RBAC needed (``wcow_operator.rbac``
+AGENT_*_RULES): configmaps get/list/watch in the plan's namespace, nodes get/patch, events
+create.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+FIELD_MANAGER = "wcow-agent"
+CANARY_REQUEST_ANNOTATION = "runtime.wcow.dev/canary-request"
+
+
+class ClusterError(RuntimeError):
+    """The API server refused or could not be reached; ``status`` is the HTTP code."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class WatchExpiredError(ClusterError):
+    """410 Gone: the watch's resourceVersion is too old; list again."""
+
+
+@dataclass(frozen=True)
+class PlanObject:
+    """The plan ConfigMap as last seen: ``text`` of key ``plan.json``; ``exists`` False
+    when the ConfigMap is absent (or was deleted)."""
+
+    exists: bool
+    text: str | None = None
+    resource_version: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeObject:
+    name: str
+    uid: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+class Cluster(Protocol):
+    def get_plan(self, namespace: str) -> PlanObject: ...
+
+    def watch_plan(
+        self, namespace: str, resource_version: str | None, timeout_seconds: int
+    ) -> Iterator[PlanObject]:
+        """Changes of the plan ConfigMap until the timeout; raises WatchExpiredError."""
+        ...
+
+    def get_node(self, name: str) -> NodeObject: ...
+
+    def patch_node(
+        self,
+        name: str,
+        labels: Mapping[str, str | None],
+        annotations: Mapping[str, str | None],
+    ) -> None:
+        """Merge-patch labels and annotations of one Node (None removes a key)."""
+        ...
+
+    def node_event(self, node: NodeObject, reason: str, message: str, warning: bool) -> None: ...

@@ -1,0 +1,150 @@
+"""The Kubernetes adapter: the only module of the agent that imports ``kubernetes``."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import kubernetes
+
+from wcow_agent.cluster import (
+    FIELD_MANAGER,
+    ClusterError,
+    NodeObject,
+    PlanObject,
+    WatchExpiredError,
+)
+from wcow_operator.render.plan import PLAN_CONFIGMAP, PLAN_KEY
+
+ApiException = kubernetes.client.exceptions.ApiException
+
+
+def _error(action: str, error: Exception) -> ClusterError:
+    status = getattr(error, "status", None)
+    reason = getattr(error, "reason", None) or str(error)
+    kind = WatchExpiredError if status == 410 else ClusterError
+    return kind(f"{action}: {status or ''} {reason}".strip(), status)
+
+
+def _plan_object(config_map: Any, deleted: bool = False) -> PlanObject:
+    metadata = config_map.metadata
+    data = config_map.data or {}
+    return PlanObject(
+        exists=not deleted,
+        text=None if deleted else data.get(PLAN_KEY),
+        resource_version=metadata.resource_version if metadata else None,
+    )
+
+
+class KubernetesCluster:
+    """``Cluster`` over a CoreV1Api; ``watch_factory`` makes ``kubernetes.watch.Watch``
+    objects (replaced in tests)."""
+
+    def __init__(
+        self,
+        core: Any,
+        watch_factory: Callable[[], Any] | None = None,
+        component: str = FIELD_MANAGER,
+    ) -> None:
+        self.core = core
+        self.watch_factory = watch_factory or kubernetes.watch.Watch
+        self.component = component
+
+    @classmethod
+    def from_environment(cls) -> KubernetesCluster:
+        """In-cluster credentials (the DaemonSet's service account), or KUBECONFIG."""
+        try:
+            kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config(os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
+        return cls(kubernetes.client.CoreV1Api())
+
+    def get_plan(self, namespace: str) -> PlanObject:
+        try:
+            config_map = self.core.read_namespaced_config_map(PLAN_CONFIGMAP, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return PlanObject(exists=False)
+            raise _error(f"reading ConfigMap {namespace}/{PLAN_CONFIGMAP}", error) from None
+        return _plan_object(config_map)
+
+    def watch_plan(
+        self, namespace: str, resource_version: str | None, timeout_seconds: int
+    ) -> Iterator[PlanObject]:
+        watch = self.watch_factory()
+        kwargs: dict[str, Any] = {
+            "field_selector": f"metadata.name={PLAN_CONFIGMAP}",
+            "timeout_seconds": timeout_seconds,
+        }
+        if resource_version:
+            kwargs["resource_version"] = resource_version
+        try:
+            for event in watch.stream(self.core.list_namespaced_config_map, namespace, **kwargs):
+                kind = event.get("type")
+                if kind == "ERROR":
+                    raw = event.get("raw_object") or {}
+                    code = raw.get("code") if isinstance(raw, dict) else None
+                    message = raw.get("message") if isinstance(raw, dict) else str(raw)
+                    kind_error = WatchExpiredError if code == 410 else ClusterError
+                    raise kind_error(f"watching the plan: {message}", code)
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    yield _plan_object(event["object"], deleted=kind == "DELETED")
+        except ApiException as error:
+            raise _error("watching the plan ConfigMap", error) from None
+        finally:
+            watch.stop()
+
+    def get_node(self, name: str) -> NodeObject:
+        try:
+            node = self.core.read_node(name)
+        except ApiException as error:
+            raise _error(f"reading Node {name}", error) from None
+        metadata = node.metadata
+        return NodeObject(
+            name=name,
+            uid=metadata.uid,
+            labels=dict(metadata.labels or {}),
+            annotations=dict(metadata.annotations or {}),
+        )
+
+    def patch_node(
+        self,
+        name: str,
+        labels: Mapping[str, str | None],
+        annotations: Mapping[str, str | None],
+    ) -> None:
+        metadata: dict[str, Any] = {}
+        if labels:
+            metadata["labels"] = dict(labels)
+        if annotations:
+            metadata["annotations"] = dict(annotations)
+        if not metadata:
+            return
+        try:
+            self.core.patch_node(name, {"metadata": metadata}, field_manager=FIELD_MANAGER)
+        except ApiException as error:
+            raise _error(f"patching Node {name}", error) from None
+
+    def node_event(self, node: NodeObject, reason: str, message: str, warning: bool) -> None:
+        """An Event on the Node (``kubectl describe node`` shows it), in ``default`` where
+        node events live."""
+        now = datetime.datetime.now(datetime.UTC)
+        body = kubernetes.client.CoreV1Event(
+            metadata=kubernetes.client.V1ObjectMeta(generate_name=f"{node.name}.wcow-agent."),
+            involved_object=kubernetes.client.V1ObjectReference(
+                api_version="v1", kind="Node", name=node.name, uid=node.uid
+            ),
+            reason=reason[:128],
+            message=message[:1024],
+            type="Warning" if warning else "Normal",
+            source=kubernetes.client.V1EventSource(component=self.component, host=node.name),
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+        try:
+            self.core.create_namespaced_event("default", body)
+        except ApiException as error:
+            raise _error(f"recording an event on Node {node.name}", error) from None

@@ -1,0 +1,83 @@
+"""Prometheus metrics of the agent (``--metrics-port``, default 9551, path ``/metrics``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from wcow_agent.agent import CycleReport
+
+CANARY_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.applies = Counter(
+            "wcow_agent_applies",
+            "Reconcile cycles by result: unchanged, applied, rolled_back, rejected, "
+            "refused (config.toml cannot be edited), failed.",
+            ["result"],
+            registry=r,
+        )
+        self.restarts = Counter(
+            "wcow_agent_containerd_restarts",
+            "containerd restarts by reason: apply, rollback, recovery, uninstall.",
+            ["reason"],
+            registry=r,
+        )
+        self.rollbacks = Counter(
+            "wcow_agent_rollbacks",
+            "Times containerd did not come up with a new config.toml and the old was restored.",
+            registry=r,
+        )
+        self.drift_repairs = Counter(
+            "wcow_agent_drift_repairs",
+            "Handler tables written again after something else removed or changed them.",
+            registry=r,
+        )
+        self.canary_duration = Histogram(
+            "wcow_agent_canary_duration_seconds",
+            "Canary duration by handler and result (passed, failed).",
+            ["handler", "result"],
+            buckets=CANARY_BUCKETS,
+            registry=r,
+        )
+        self.handler_ready = Gauge(
+            "wcow_agent_handler_ready",
+            "1 when the handler is applied and its canary passed on this node, else 0.",
+            ["handler"],
+            registry=r,
+        )
+        self.plan_errors = Counter(
+            "wcow_agent_plan_errors",
+            "Plans that could not be used (missing, not JSON, hash mismatch, schema).",
+            registry=r,
+        )
+        self.cluster_errors = Counter(
+            "wcow_agent_cluster_errors",
+            "Failed calls to the Kubernetes API (reading the plan, patching the Node).",
+            registry=r,
+        )
+        self._handlers: set[str] = set()
+
+    def record(self, report: CycleReport) -> None:
+        self.applies.labels(report.result).inc()
+        for reason in report.restarts:
+            self.restarts.labels(reason).inc()
+        self.rollbacks.inc(sum(1 for reason in report.restarts if reason == "rollback"))
+        self.drift_repairs.inc(len(report.drift_repaired))
+        for canary in report.canaries:
+            result = "passed" if canary.passed else "failed"
+            self.canary_duration.labels(canary.handler, result).observe(canary.duration_seconds)
+        if report.handlers is not None:
+            self.set_ready({h: o.state == "Ready" for h, o in report.handlers.items()})
+
+    def set_ready(self, handlers: Mapping[str, bool]) -> None:
+        for gone in self._handlers - set(handlers):
+            self.handler_ready.remove(gone)
+        for handler, ready in handlers.items():
+            self.handler_ready.labels(handler).set(1 if ready else 0)
+        self._handlers = set(handlers)

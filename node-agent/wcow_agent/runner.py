@@ -1,0 +1,284 @@
+"""``wcow-agent run``: watch the plan, reconcile one cycle at a time, report to the Node.
+
+Threads: the main thread runs every reconcile (so applies never overlap); a watch thread
+follows the plan ConfigMap and only wakes the main thread; the metrics and health servers
+answer on their own. A cycle runs when the plan changes, every ``resync`` seconds, when
+config.toml changed on disk (checked every ``drift_check`` seconds: something else
+rewrote it), and sooner after a cycle that asked to be retried.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from wcow_agent.agent import (
+    CycleReport,
+    build_status,
+    label_changes,
+    parse_status,
+    ready_handlers,
+    status_json,
+)
+from wcow_agent.apply import NodeAgent
+from wcow_agent.canary import CLEANUP_TIMEOUT, CanarySpec
+from wcow_agent.cluster import (
+    CANARY_REQUEST_ANNOTATION,
+    Cluster,
+    ClusterError,
+    NodeObject,
+    PlanObject,
+    WatchExpiredError,
+)
+from wcow_agent.health import Health
+from wcow_agent.metrics import Metrics
+from wcow_agent.plan import PlanError, load_plan
+from wcow_agent.state import load_state, save_state, text_hash
+from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION, AgentStatus
+from wcow_operator.render.plan import PLAN_CONFIGMAP, PLAN_KEY
+
+log = logging.getLogger("wcow_agent")
+
+WATCH_TIMEOUT_SECONDS = 300
+WAIT_SLICE_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    node_name: str
+    namespace: str = "wcow-system"
+    resync_seconds: float = 300.0
+    drift_check_seconds: float = 30.0
+    retry_seconds: float = 30.0
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class AgentLoop:
+    def __init__(
+        self,
+        agent: NodeAgent,
+        cluster: Cluster,
+        options: RunOptions,
+        *,
+        metrics: Metrics,
+        health: Health,
+        stop: threading.Event,
+        clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], str] = utc_now,
+    ) -> None:
+        self.agent = agent
+        self.cluster = cluster
+        self.options = options
+        self.metrics = metrics
+        self.health = health
+        self.stop = stop
+        self.clock = clock
+        self.now = now
+        self.wake = threading.Event()
+        self._plan_lock = threading.Lock()
+        self._plan: PlanObject | None = None
+        self._last_plan_error: str | None = None
+        self._status: AgentStatus | None = None
+        self._config_fingerprint: str | None = None
+        self._last_events: set[tuple[str, str, bool]] = set()
+
+    # -- the plan --------------------------------------------------------------------
+
+    def on_plan(self, plan: PlanObject) -> None:
+        with self._plan_lock:
+            same = self._plan is not None and (self._plan.exists, self._plan.text) == (
+                plan.exists,
+                plan.text,
+            )
+            self._plan = plan
+        if not same:
+            self.wake.set()
+
+    def watch_forever(self) -> None:
+        """List, then watch from that resourceVersion; list again on 410 or errors.
+        Runs in its own thread until ``stop``."""
+        backoff = 1.0
+        resource_version: str | None = None
+        while not self.stop.is_set():
+            try:
+                if resource_version is None:
+                    plan = self.cluster.get_plan(self.options.namespace)
+                    self.on_plan(plan)
+                    resource_version = plan.resource_version or ""
+                for plan in self.cluster.watch_plan(
+                    self.options.namespace, resource_version or None, WATCH_TIMEOUT_SECONDS
+                ):
+                    self.on_plan(plan)
+                    resource_version = plan.resource_version or resource_version
+                    if self.stop.is_set():
+                        return
+                backoff = 1.0
+            except WatchExpiredError:
+                resource_version = None
+            except ClusterError as error:
+                self.metrics.cluster_errors.inc()
+                log.warning("plan watch: %s (retrying in %.0f s)", error, backoff)
+                resource_version = None
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, 60.0)
+
+    def current_plan(self) -> tuple[Mapping[str, Any] | None, str | None]:
+        """(the plan, why there is none)."""
+        with self._plan_lock:
+            plan = self._plan
+        if plan is None:
+            try:
+                plan = self.cluster.get_plan(self.options.namespace)
+            except ClusterError as error:
+                self.metrics.cluster_errors.inc()
+                return None, f"cannot read the plan: {error}"
+            self.on_plan(plan)
+        source = f"ConfigMap {self.options.namespace}/{PLAN_CONFIGMAP}"
+        if not plan.exists:
+            return None, f"{source} does not exist (is wcow-operator running?)"
+        if plan.text is None:
+            return None, f"{source} has no key {PLAN_KEY}"
+        try:
+            return load_plan(plan.text, source), None
+        except PlanError as error:
+            return None, str(error)
+
+    # -- one cycle -------------------------------------------------------------------
+
+    def cycle(self) -> CycleReport:
+        plan, plan_error = self.current_plan()
+        if plan_error and plan_error != self._last_plan_error:
+            self.metrics.plan_errors.inc()
+            log.warning("%s; keeping config.toml and the Node's labels as they are", plan_error)
+        node = self._get_node()
+        previous = self._status
+        if node is not None:
+            previous = parse_status(node.annotations.get(AGENT_STATUS_ANNOTATION)) or previous
+        request = node.annotations.get(CANARY_REQUEST_ANNOTATION) if node else None
+        state, _ = load_state(self.agent.paths.state)
+        force = bool(request) and request != state.canary_request
+        if force:
+            log.info("canary requested on demand (%s=%s)", CANARY_REQUEST_ANNOTATION, request)
+
+        self.health.busy(self._cycle_bound(plan))
+        report = self.agent.reconcile(plan, force_canary=force)
+        if force and not self.stop.is_set():
+            state, _ = load_state(self.agent.paths.state)
+            state.canary_request = request
+            save_state(self.agent.paths.state, state)
+        self.metrics.record(report)
+        self._log(report)
+        if plan_error and plan_error != self._last_plan_error:
+            report.event("PlanUnusable", plan_error, warning=True)
+        self._last_plan_error = plan_error
+        error = self._report(node, report, previous)
+        self.health.idle(ready=error is None and report.facts is not None, error=error or "")
+        return report
+
+    def _cycle_bound(self, plan: Mapping[str, Any] | None) -> float:
+        """How long a cycle may take before /healthz calls it stuck."""
+        restarts = 3 * self.agent.timeouts.restart
+        canaries = sum(
+            CanarySpec.from_plan(h, entry).timeout_seconds + 2 * CLEANUP_TIMEOUT
+            for h, entry in (plan or {}).get("handlers", {}).items()
+        )
+        return restarts + canaries + 120.0
+
+    def _get_node(self) -> NodeObject | None:
+        try:
+            return self.cluster.get_node(self.options.node_name)
+        except ClusterError as error:
+            self.metrics.cluster_errors.inc()
+            log.warning("cannot read Node %s: %s", self.options.node_name, error)
+            return None
+
+    def _report(
+        self, node: NodeObject | None, report: CycleReport, previous: AgentStatus | None
+    ) -> str | None:
+        """Labels and status annotation of this Node: only what changed, in one patch."""
+        status = build_status(report, previous, self.now())
+        if node is None:
+            return "the Node could not be read; labels and status not updated"
+        ready = ready_handlers(report)
+        labels = label_changes(node.labels, ready) if ready is not None else {}
+        annotations: dict[str, str | None] = {}
+        if status is not None:
+            text = status_json(status)
+            if node.annotations.get(AGENT_STATUS_ANNOTATION) != text:
+                annotations[AGENT_STATUS_ANNOTATION] = text
+        try:
+            if labels or annotations:
+                self.cluster.patch_node(node.name, labels, annotations)
+            self._status = status or self._status
+        except ClusterError as error:
+            self.metrics.cluster_errors.inc()
+            log.warning("cannot update Node %s: %s", node.name, error)
+            return str(error)
+        # The same event again (a canary failing at every resync) is not written again.
+        events = set(report.events)
+        for reason, message, warning in report.events:
+            if (reason, message, warning) in self._last_events:
+                continue
+            try:
+                self.cluster.node_event(node, reason, message, warning)
+            except ClusterError as error:
+                log.debug("event %s not recorded: %s", reason, error)
+        self._last_events = events
+        return None
+
+    def _log(self, report: CycleReport) -> None:
+        for reason, message, warning in report.events:
+            (log.warning if warning else log.info)("%s: %s", reason, message)
+        if report.handlers is not None:
+            summary = ", ".join(
+                f"{h}={o.state}({o.reason})" for h, o in sorted(report.handlers.items())
+            )
+            log.info(
+                "cycle %s; restarts %s; handlers: %s",
+                report.result,
+                ",".join(report.restarts) or "none",
+                summary or "none",
+            )
+
+    # -- the loop --------------------------------------------------------------------
+
+    def config_fingerprint(self) -> str | None:
+        try:
+            return text_hash(self.agent.paths.config.read_bytes().decode("latin-1"))
+        except OSError:
+            return None
+
+    def run(self) -> None:
+        """Until ``stop``: a cycle at start, then on plan changes, resyncs and drift."""
+        watcher = threading.Thread(target=self.watch_forever, name="plan-watch", daemon=True)
+        watcher.start()
+        next_cycle = self.clock()
+        next_drift_check = self.clock() + self.options.drift_check_seconds
+        while not self.stop.is_set():
+            due = self.clock() >= next_cycle
+            if not due and self.clock() >= next_drift_check:
+                next_drift_check = self.clock() + self.options.drift_check_seconds
+                if self.config_fingerprint() != self._config_fingerprint:
+                    log.info("config.toml changed on disk; reconciling")
+                    due = True
+            if self.wake.is_set():
+                self.wake.clear()
+                due = True
+            if due:
+                report = self.cycle()
+                self._config_fingerprint = self.config_fingerprint()
+                retry = report.requeue or report.result in ("failed", "rolled_back")
+                delay = self.options.retry_seconds if retry else self.options.resync_seconds
+                next_cycle = self.clock() + delay
+                continue
+            wait = min(next_cycle, next_drift_check) - self.clock()
+            self.wake.wait(max(0.0, min(wait, WAIT_SLICE_SECONDS)))
+        self.health.stopping()
