@@ -1,0 +1,178 @@
+"""The node self-patch policy, evaluated with cel-python on admission requests like the ones
+the API server builds: the agent may change only its own Node, and there only
+runtime.wcow.dev/* labels and annotations. (The e2e tests check the real API server.)"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any
+
+import celpy
+import pytest
+from deploy.generate import NAMESPACE, RELEASE
+
+from tests.delivery.helpers import find, render
+from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION
+
+AGENT_USER = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-agent"
+NODE_NAME_KEY = "authentication.kubernetes.io/node-name"
+
+
+@functools.cache
+def _policy() -> dict[str, Any]:
+    return find(render(), "ValidatingAdmissionPolicy")
+
+
+def admit(
+    old: dict[str, Any], new: dict[str, Any], user: str = AGENT_USER, node: str | None = "win-1"
+) -> tuple[bool, list[str]]:
+    """(allowed, messages) for an UPDATE of Node ``old`` to ``new`` by ``user`` whose token
+    names ``node`` (None: a token without node information)."""
+    spec = _policy()["spec"]
+    env = celpy.Environment()
+    user_info: dict[str, Any] = {"username": user, "groups": ["system:serviceaccounts"]}
+    if node is not None:
+        user_info["extra"] = {NODE_NAME_KEY: [node], "authentication.kubernetes.io/pod-name": ["p"]}
+    activation: dict[str, Any] = {
+        "request": celpy.json_to_cel({"operation": "UPDATE", "userInfo": user_info}),
+        "object": celpy.json_to_cel(new),
+        "oldObject": celpy.json_to_cel(old),
+    }
+
+    def evaluate(expression: str) -> Any:
+        return env.program(env.compile(expression)).evaluate(activation)
+
+    if not all(bool(evaluate(c["expression"])) for c in spec["matchConditions"]):
+        return True, ["not matched"]
+    variables: dict[str, Any] = {}
+    for variable in spec["variables"]:
+        activation["variables"] = celpy.json_to_cel({}) if not variables else _as_cel(variables)
+        variables[variable["name"]] = evaluate(variable["expression"])
+    activation["variables"] = _as_cel(variables)
+    failed = [
+        v.get("message") or v["messageExpression"]
+        for v in spec["validations"]
+        if not bool(evaluate(v["expression"]))
+    ]
+    return not failed, failed
+
+
+def _as_cel(variables: dict[str, Any]) -> Any:
+    return celpy.celtypes.MapType({celpy.celtypes.StringType(k): v for k, v in variables.items()})
+
+
+NODE: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Node",
+    "metadata": {
+        "name": "win-1",
+        "labels": {"kubernetes.io/os": "windows", "node.kubernetes.io/windows-build": "10.0.20348"},
+        "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+    },
+    "spec": {
+        "podCIDR": "10.244.1.0/24",
+        "taints": [{"key": "os", "value": "windows", "effect": "NoSchedule"}],
+    },
+}
+
+
+def changed(node: dict[str, Any] = NODE, **edits: Any) -> dict[str, Any]:
+    new = copy.deepcopy(node)
+    for path, value in edits.items():
+        target = new
+        *parents, leaf = path.split("__")
+        for parent in parents:
+            target = target.setdefault(parent, {})
+        if value is None:
+            target.pop(leaf, None)
+        else:
+            target[leaf] = value
+    return new
+
+
+def test_agent_may_label_its_own_node_ready() -> None:
+    labels = {**NODE["metadata"]["labels"], "runtime.wcow.dev/hyperv-ltsc2022": "ready"}
+    assert admit(NODE, changed(metadata__labels=labels)) == (True, [])
+
+
+def test_agent_may_write_its_status_annotation_and_remove_its_labels() -> None:
+    labelled = changed(
+        metadata__labels={**NODE["metadata"]["labels"], "runtime.wcow.dev/h": "ready"}
+    )
+    annotations = {
+        **NODE["metadata"]["annotations"],
+        AGENT_STATUS_ANNOTATION: '{"schemaVersion":1}',
+    }
+    assert admit(labelled, changed(NODE, metadata__annotations=annotations))[0]
+
+
+def test_agent_may_not_touch_another_node() -> None:
+    labels = {**NODE["metadata"]["labels"], "runtime.wcow.dev/h": "ready"}
+    allowed, messages = admit(NODE, changed(metadata__labels=labels), node="win-2")
+    assert not allowed
+    assert "only its own Node" in messages[0]
+
+
+def test_a_token_without_a_node_is_refused() -> None:
+    labels = {**NODE["metadata"]["labels"], "runtime.wcow.dev/h": "ready"}
+    assert not admit(NODE, changed(metadata__labels=labels), node=None)[0]
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"metadata__labels": {**NODE["metadata"]["labels"], "kubernetes.io/os": "linux"}},
+        {"metadata__labels": {"kubernetes.io/os": "windows"}},  # drops windows-build
+        {"metadata__labels": {**NODE["metadata"]["labels"], "example.com/pool": "hyperv"}},
+        {"metadata__labels": {**NODE["metadata"]["labels"], "foo.runtime.wcow.dev/x": "y"}},
+        {"metadata__annotations": {**NODE["metadata"]["annotations"], "example.com/a": "b"}},
+        {"metadata__annotations": None},
+        {"spec__unschedulable": True},
+        {"spec__taints": []},
+        {"metadata__finalizers": ["example.com/hold"]},
+    ],
+    ids=[
+        "relabel-os",
+        "drop-a-label",
+        "foreign-label",
+        "look-alike-prefix",
+        "foreign-annotation",
+        "drop-annotations",
+        "cordon",
+        "untaint",
+        "finalizer",
+    ],
+)
+def test_agent_may_change_nothing_else(edit: dict[str, Any]) -> None:
+    allowed, messages = admit(NODE, changed(**edit))
+    assert not allowed
+    assert messages
+
+
+def test_others_are_not_restricted() -> None:
+    edit = changed(spec__unschedulable=True)
+    assert admit(NODE, edit, user="kubernetes-admin", node=None) == (True, ["not matched"])
+    operator = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-operator"
+    assert admit(NODE, edit, user=operator, node=None)[0]
+    look_alike = f"system:serviceaccount:{NAMESPACE}:evil-{RELEASE}-agent"
+    assert admit(NODE, edit, user=look_alike, node=None)[0]
+
+
+def test_the_agent_account_is_matched_in_any_namespace() -> None:
+    """A kustomize overlay that moves the namespace keeps the guard (it only restricts)."""
+    elsewhere = f"system:serviceaccount:windows-runtime:{RELEASE}-agent"
+    assert not admit(NODE, changed(spec__unschedulable=True), user=elsewhere)[0]
+
+
+def test_the_policy_binds_with_deny_and_fails_closed() -> None:
+    objects = render()
+    policy = find(objects, "ValidatingAdmissionPolicy")
+    binding = find(objects, "ValidatingAdmissionPolicyBinding")
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rules == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}
+    ]

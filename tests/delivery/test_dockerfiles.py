@@ -1,0 +1,174 @@
+"""The images cannot be built here; check what can be: pinned base images, a non-root user for
+Linux, entrypoints that are the project's console scripts, and the image contents' claims."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+DOCKER = ROOT / "deploy" / "docker"
+OPERATOR = DOCKER / "operator.Dockerfile"
+AGENT = DOCKER / "agent.windows.Dockerfile"
+SCRIPTS: dict[str, str] = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))[
+    "project"
+]["scripts"]
+HOSTPROCESS_BASE = "mcr.microsoft.com/oss/kubernetes/windows-host-process-containers-base-image"
+
+
+@dataclass
+class Instruction:
+    keyword: str
+    value: str
+
+
+def parse(path: Path) -> list[Instruction]:
+    """Dockerfile instructions with continuation lines joined and comments dropped."""
+    instructions: list[Instruction] = []
+    pending = ""
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        pending = f"{pending} {line[:-1].strip()}" if line.endswith("\\") else f"{pending} {line}"
+        if not line.endswith("\\"):
+            keyword, _, value = pending.strip().partition(" ")
+            instructions.append(Instruction(keyword.upper(), value.strip()))
+            pending = ""
+    return instructions
+
+
+def stages(path: Path) -> list[tuple[str, list[Instruction]]]:
+    """(base image with ARG defaults substituted, instructions) per stage."""
+    defaults: dict[str, str] = {}
+    result: list[tuple[str, list[Instruction]]] = []
+    for instruction in parse(path):
+        if instruction.keyword == "ARG" and not result:
+            name, _, default = instruction.value.partition("=")
+            defaults[name] = default
+        elif instruction.keyword == "FROM":
+            words = [w for w in instruction.value.split() if not w.startswith("--platform")]
+            image = re.sub(
+                r"\$\{(\w+)\}|\$(\w+)", lambda m: defaults[m.group(1) or m.group(2)], words[0]
+            )
+            result.append((image, []))
+        elif result:
+            result[-1][1].append(instruction)
+    return result
+
+
+def _pinned(image: str) -> bool:
+    """A digest, or a tag naming an exact release (3.11.13-slim-bookworm, v1.0.0), never a
+    moving one (latest, 3.11-slim, 3)."""
+    if re.search(r"@sha256:[a-f0-9]{64}$", image):
+        return True
+    tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else ""
+    return bool(re.match(r"^v?\d+\.\d+\.\d+", tag))
+
+
+@pytest.mark.parametrize("dockerfile", [OPERATOR, AGENT], ids=lambda p: p.name)
+def test_every_base_image_is_pinned(dockerfile: Path) -> None:
+    for image, _ in stages(dockerfile):
+        if image in {"build"}:  # a previous stage
+            continue
+        assert _pinned(image), f"{dockerfile.name}: base image {image!r} is not pinned"
+
+
+def test_pin_check_refuses_moving_tags() -> None:
+    assert not _pinned("python:3.11-slim")
+    assert not _pinned("python:latest")
+    assert not _pinned("python")
+    assert _pinned("python:3.11.13-slim-bookworm")
+    assert _pinned("python@sha256:" + "0" * 64)
+
+
+def _final(dockerfile: Path) -> list[Instruction]:
+    return stages(dockerfile)[-1][1]
+
+
+def test_operator_image_runs_as_a_numeric_non_root_user() -> None:
+    users = [i.value for i in _final(OPERATOR) if i.keyword == "USER"]
+    assert users, "the final stage sets no USER: it would run as root"
+    user = users[-1].split(":")[0]
+    assert user.isdigit(), "runAsNonRoot can only verify a numeric UID"
+    assert int(user) != 0
+
+
+def test_operator_user_is_the_one_the_chart_runs_as() -> None:
+    import yaml
+
+    values = yaml.safe_load(
+        (ROOT / "charts" / "wcow-runtime" / "values.yaml").read_text(encoding="utf-8")
+    )
+    pod = values["operator"]["podSecurityContext"]
+    user = next(i.value for i in reversed(_final(OPERATOR)) if i.keyword == "USER")
+    assert user == f"{pod['runAsUser']}:{pod['runAsGroup']}"
+
+
+def _entrypoint(dockerfile: Path) -> list[str]:
+    values = [i.value for i in _final(dockerfile) if i.keyword == "ENTRYPOINT"]
+    assert values, f"{dockerfile.name} has no ENTRYPOINT"
+    entrypoint: list[str] = json.loads(values[-1])  # exec form: no shell in between
+    return entrypoint
+
+
+def test_operator_entrypoint_is_the_console_script() -> None:
+    assert _entrypoint(OPERATOR) == ["wcow-operator"]
+    assert "wcow-operator" in SCRIPTS
+
+
+def test_agent_entrypoint_runs_the_console_script_target() -> None:
+    """The embeddable Python has no console-script launchers: the entrypoint calls the
+    function pyproject.toml names for wcow-agent."""
+    module, function = SCRIPTS["wcow-agent"].split(":")
+    entrypoint = _entrypoint(AGENT)
+    assert entrypoint[0] == "python\\python.exe"
+    assert entrypoint[1] == "-c"
+    assert f"from {module} import {function}" in entrypoint[2]
+    assert f"sys.exit({function}())" in entrypoint[2]
+
+
+def test_agent_image_is_a_hostprocess_image() -> None:
+    image, _ = stages(AGENT)[-1]
+    assert image.startswith(HOSTPROCESS_BASE + ":")
+
+
+def test_images_install_locked_dependencies_only() -> None:
+    for dockerfile in (OPERATOR, AGENT):
+        text = " ".join(i.value for _, stage in stages(dockerfile) for i in stage)
+        assert "uv export --frozen --no-dev" in text, dockerfile.name
+        assert "--require-hashes" in text, dockerfile.name
+
+
+def test_operator_never_imports_the_agent_it_leaves_out() -> None:
+    """The operator image removes wcow_agent; that is safe only while nothing imports it."""
+    text = " ".join(i.value for _, stage in stages(OPERATOR) for i in stage)
+    assert "site-packages/wcow_agent" in text
+    for source in (ROOT / "operator" / "wcow_operator").rglob("*.py"):
+        assert not re.search(
+            r"^\s*(from|import)\s+wcow_agent", source.read_text(encoding="utf-8"), re.M
+        ), source
+
+
+def test_agent_image_keeps_only_what_the_agent_imports_from_the_operator() -> None:
+    text = " ".join(i.value for _, stage in stages(AGENT) for i in stage)
+    kept = set(re.findall(r"! -name (\S+)", text))
+    assert kept == {"api", "render", "__init__.py", "py.typed"}
+    imported = set()
+    for source in (ROOT / "node-agent" / "wcow_agent").rglob("*.py"):
+        imported |= set(
+            re.findall(
+                r"^\s*(?:from|import)\s+wcow_operator\.(\w+)",
+                source.read_text(encoding="utf-8"),
+                re.M,
+            )
+        )
+    assert imported <= kept, (
+        f"the agent imports wcow_operator.{imported - kept} which the image removes"
+    )

@@ -1,0 +1,73 @@
+"""values.schema.json turns a typo or a wrong type into an error at `helm install`, instead of a
+value Helm would silently ignore."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import helm_python
+import pytest
+from deploy.generate import CHART
+
+from tests.delivery.helpers import lint, render
+
+
+@pytest.fixture(scope="module")
+def chart() -> Any:
+    with helm_python.Chart.load(CHART) as loaded:
+        yield loaded
+
+
+@pytest.mark.parametrize(
+    ("values", "where"),
+    [
+        ({"operater": {"replicas": 2}}, "additional properties 'operater' not allowed"),
+        ({"operator": {"replica": 2}}, "additional properties 'replica' not allowed"),
+        ({"agent": {"updateStrategy": {"maxUnavaliable": 2}}}, "'maxUnavaliable' not allowed"),
+        ({"crds": {"keeep": False}}, "'keeep' not allowed"),
+        ({"metrics": {"serviceMonitor": {"enable": True}}}, "'enable' not allowed"),
+        ({"admissionPolicy": {"enabeld": False}}, "'enabeld' not allowed"),
+        ({"profiles": {"hyperv": {"vm": {"memoryMb": 2048}}}}, "'memoryMb' not allowed"),
+    ],
+    ids=lambda v: str(v) if isinstance(v, str) else "",
+)
+def test_misspelt_keys_are_rejected(chart: Any, values: dict[str, Any], where: str) -> None:
+    with pytest.raises(helm_python.HelmValuesError, match=where):
+        chart.validate_schema(values)
+    # What a user sees: `helm install`/`template` renders nothing, `helm lint` reports it.
+    with pytest.raises(helm_python.HelmValuesError, match=where):
+        render(values)
+    assert any(where in finding for finding in lint(values))
+
+
+@pytest.mark.parametrize(
+    ("values", "why"),
+    [
+        ({"operator": {"replicas": "2"}}, "want integer"),
+        ({"operator": {"logFormat": "yaml"}}, "logFormat"),
+        ({"operator": {"metricsPort": 70000}}, "metricsPort"),
+        ({"agent": {"updateStrategy": {"maxUnavailable": 0}}}, "maxUnavailable"),
+        ({"agent": {"updateStrategy": {"maxUnavailable": "0%"}}}, "maxUnavailable"),
+        ({"operator": {"image": {"digest": "latest"}}}, "digest"),
+        ({"admissionPolicy": {"validationActions": ["Block"]}}, "validationActions"),
+        ({"profiles": {"hyperv": {"builds": ["ltsc2023"]}}}, "builds"),
+        ({"profiles": {"hyperv": {"vm": {"memoryMB": 2047}}}}, "memoryMB"),
+        ({"metrics": {"serviceMonitor": {"interval": "30 seconds"}}}, "interval"),
+    ],
+    ids=lambda v: str(v) if isinstance(v, str) else "",
+)
+def test_wrong_values_are_rejected(chart: Any, values: dict[str, Any], why: str) -> None:
+    with pytest.raises(helm_python.HelmValuesError, match=why):
+        chart.validate_schema(values)
+
+
+def test_defaults_and_documented_choices_are_accepted(chart: Any) -> None:
+    chart.validate_schema({})
+    chart.validate_schema(chart.values)
+    chart.validate_schema(
+        {
+            "agent": {"updateStrategy": {"maxUnavailable": "25%"}},
+            "profiles": {"hyperv": {"builds": ["ltsc2019", "10.0.26100", "20H2"]}},
+            "admissionPolicy": {"validationActions": ["Warn", "Audit"]},
+        }
+    )
