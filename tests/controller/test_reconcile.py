@@ -363,3 +363,16 @@ def test_lost_transition_time_only_moves_on_status_change() -> None:
 def test_writes_are_data_only() -> None:
     outcome = run(observed(profile_body("hv", finalizers=[])))
     assert all(isinstance(w, Write) for w in outcome.writes)
+
+
+def test_oversized_plan_without_a_previous_plan_fills_up_to_the_limit() -> None:
+    profiles = [profile_body(f"p{i}", isolation="Process") for i in range(10)]
+    full = run(observed(*profiles))
+    limit = ReconcileSettings(namespace=NAMESPACE, plan_max_bytes=full.plan_bytes * 6 // 10)
+    outcome = reconcile(observed(*profiles), limit, NOW)
+    assert 0 < len(outcome.plan["handlers"]) < 10
+    assert outcome.plan_bytes <= limit.plan_max_bytes
+    waiting = [
+        n for n in outcome.statuses if condition(outcome, n, "Planned")["reason"] == "PlanTooLarge"
+    ]
+    assert len(waiting) + len(outcome.plan["handlers"]) == 10

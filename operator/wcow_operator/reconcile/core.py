@@ -52,6 +52,7 @@ from wcow_operator.render.runtimeclass import (
     common_labels,
     render_runtime_class,
 )
+from wcow_operator.render.serialize import canonical_json
 
 PLANNED = "Planned"
 CONFIGMAP_LIMIT = 1024 * 1024
@@ -270,17 +271,24 @@ def _fit_plan(
     live: list[_Profile],
     settings: ReconcileSettings,
 ) -> dict[str, Any]:
-    """The plan to write; when it would pass the size limit, new and changed entries wait
-    (the nodes keep what they have) and their profiles say why."""
+    """The plan to write. Over the size limit, entries the nodes already have stay, then new
+    and changed ones are added by handler name while they fit; the rest wait and their
+    profiles say why. (Never an emptier plan than needed: agents remove what leaves it.)"""
     plan = build_plan(entries)
     size = _compact(plan)
     if size <= settings.plan_max_bytes:
         return plan
     previous = (observed_plan or {}).get("handlers") or {}
     kept = {h: e for h, e in entries.items() if previous.get(h) == e}
+    room = settings.plan_max_bytes - _compact(build_plan(kept))
+    for handler in sorted(set(entries) - set(kept)):
+        cost = len(canonical_json({handler: entries[handler]})) - 1  # '"h":{...}' and a comma
+        if cost <= room:
+            kept[handler] = entries[handler]
+            room -= cost
     message = (
         f"the plan would be {size} bytes, over the {settings.plan_max_bytes}-byte limit "
-        "(a ConfigMap holds 1 MiB); new and changed profiles wait. Remove unused profiles"
+        "(a ConfigMap holds 1 MiB); this profile waits. Remove unused profiles"
     )
     for state in live:
         handler = state.claimed_handler
