@@ -291,8 +291,8 @@ def _fit_plan(
         "(a ConfigMap holds 1 MiB); this profile waits. Remove unused profiles"
     )
     for state in live:
-        handler = state.claimed_handler
-        if handler in entries and handler not in kept:
+        claimed = state.claimed_handler
+        if claimed in entries and claimed not in kept:
             state.planned = ("False", "PlanTooLarge", message)
     return build_plan(kept)
 
