@@ -452,7 +452,8 @@ class NodeAgent:
                     generation,
                 )
                 continue
-            if not needs_canary(handler, table, state, force, handler in self._failed_canaries):
+            forced = force or handler in report.drift_repaired
+            if not needs_canary(handler, table, state, forced, handler in self._failed_canaries):
                 outcomes[handler] = HandlerOutcome(
                     "Ready", "CanaryPassed", "", generation, carried=True
                 )

@@ -15,7 +15,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from wcow_agent.host.interfaces import CriError, CriStatus, HostError, SandboxStatus
+from wcow_agent.host.interfaces import (
+    CancelledError,
+    CommandTimeoutError,
+    CriError,
+    CriStatus,
+    HostError,
+    SandboxStatus,
+)
 from wcow_agent.host.process import Runner
 
 WINDOWS_ENDPOINT = "npipe:////./pipe/containerd-containerd"
@@ -55,6 +62,8 @@ class CrictlCri:
         try:
             runner = self.steady_runner if steady else self.runner
             result = runner(command, timeout=seconds + _GRACE_SECONDS)
+        except (CommandTimeoutError, CancelledError):
+            raise
         except HostError as error:
             raise CriError(str(error)) from None
         if result.returncode != 0:

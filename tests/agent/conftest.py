@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agent.fakes import CONFIGS, FakeCluster, FakeNode
+from tests.conftest import profile_document
+from wcow_operator.api.errors import parse_profile
+from wcow_operator.render.plan import plan_for
+
+DEFAULT_17 = (CONFIGS / "v2-containerd-1.7-default.toml").read_text(encoding="utf-8")
+
+
+def make_plan(*documents: dict[str, Any]) -> dict[str, Any]:
+    return plan_for([parse_profile(document) for document in documents])
+
+
+def hyperv(name: str = "hv", **spec: Any) -> dict[str, Any]:
+    return profile_document(name, **{"vm": {"processorCount": 2, "memoryMB": 2048}, **spec})
+
+
+def process(name: str = "proc", **spec: Any) -> dict[str, Any]:
+    body = {"isolation": "Process", **spec}
+    document = profile_document(name, **body)
+    document["spec"].pop("windowsBuild")
+    if "windowsBuild" in spec:
+        document["spec"]["windowsBuild"] = spec["windowsBuild"]
+    return document
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> FakeNode:
+    """A Windows Server 2022 node with Hyper-V and containerd 1.7's default config.toml."""
+    return FakeNode(tmp_path, config_text=DEFAULT_17)
+
+
+@pytest.fixture
+def cluster() -> FakeCluster:
+    return FakeCluster()
