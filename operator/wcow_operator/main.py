@@ -21,6 +21,7 @@ from wcow_operator.handlers.events import register
 from wcow_operator.health import serve_health
 from wcow_operator.k8s.api import KubernetesApi, load_client_config
 from wcow_operator.k8s.leader import run_with_leader_election
+from wcow_operator.k8s.nodes import watch_windows_nodes
 from wcow_operator.reconcile.core import ReconcileSettings
 from wcow_operator.settings import OperatorSettings, SettingsError, parse_settings
 
@@ -60,8 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     metrics = Metrics()
     prometheus_client.start_http_server(settings.metrics_port, registry=metrics.registry)
+    api_client = load_client_config()
     api = KubernetesApi(
-        load_client_config(),
+        api_client,
         on_error=lambda verb, resource, code: metrics.api_errors.labels(
             verb=verb, resource=resource, code=str(code)
         ).inc(),
@@ -113,6 +115,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         threading.Thread(target=lead, name="reconciler", daemon=True).start()
 
+    threading.Thread(
+        target=watch_windows_nodes,
+        args=(api_client, runner.trigger, stop),
+        name="windows-nodes",
+        daemon=True,
+    ).start()
     registry = kopf.OperatorRegistry()
     register(registry, runner.trigger)
     log.info("wcow-operator starting: namespace=%s", settings.namespace)

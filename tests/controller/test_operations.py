@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from wcow_operator.handlers.events import _node_view
 from wcow_operator.health import serve_health
+from wcow_operator.k8s.nodes import node_view
 from wcow_operator.settings import SettingsError, parse_settings
 
 
@@ -84,14 +84,14 @@ def test_probes_answer_from_their_callbacks() -> None:
 
 
 def _node(labels: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"metadata": {"name": "n", "labels": labels, "annotations": annotations or {}}}
+    return {"name": "n", "labels": labels, "annotations": annotations or {}}
 
 
 def test_node_events_matter_only_for_agent_reports_and_ready_labels() -> None:
     base = _node({"kubernetes.io/os": "windows"})
     heartbeat = _node({"kubernetes.io/os": "windows"}, {"node.alpha/ttl": "0"})
-    assert _node_view(base) == _node_view(heartbeat)
+    assert node_view(base) == node_view(heartbeat)
     labelled = _node({"kubernetes.io/os": "windows", "runtime.wcow.dev/hv": "ready"})
-    assert _node_view(labelled) != _node_view(base)
+    assert node_view(labelled) != node_view(base)
     reported = _node({"kubernetes.io/os": "windows"}, {"runtime.wcow.dev/agent-status": "{}"})
-    assert _node_view(reported) != _node_view(base)
+    assert node_view(reported) != node_view(base)
