@@ -1,0 +1,558 @@
+"""Least privilege on a real API server: the chart's CRD and RBAC, the operator running under its
+own ServiceAccount token (not cluster-admin), and the agent's ServiceAccount held to its own
+Node and runtime.wcow.dev/* keys by the admission policy.
+
+Runs when KUBECONFIG points at a cluster (see conftest.py); needs cluster-admin to set up
+(including impersonation). Everything is created under a unique prefix (release and namespace)
+and removed afterwards; the CRD only if this test created it. Two Node objects are created
+for the node tests (no kubelet behind them) and deleted again.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from deploy.generate import render_chart
+from kubernetes import client, dynamic
+from kubernetes.client.exceptions import ApiException
+
+from tests.e2e.operator_harness import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    condition,
+    profile,
+    read_plan,
+    running_operator,
+    wait_for,
+)
+from wcow_operator import rbac
+from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_operator.api.v1alpha1 import READY_LABEL_PREFIX
+
+pytestmark = pytest.mark.e2e
+
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+# From the chart: identities, permissions, the guard; the workloads need images, not tested here.
+INSTALLED_KINDS = {
+    "CustomResourceDefinition",
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    *POLICY_KINDS,
+}
+
+
+@dataclass
+class Install:
+    release: str
+    namespace: str
+    admin: client.ApiClient
+    policy: bool
+    objects: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def operator_sa(self) -> str:
+        return f"{self.release}-wcow-runtime-operator"
+
+    @property
+    def agent_sa(self) -> str:
+        return f"{self.release}-wcow-runtime-agent"
+
+    @property
+    def agent_user(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.agent_sa}"
+
+
+def _server_supports_policy(admin: client.ApiClient) -> bool:
+    """admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (GA in 1.30) is served, and
+    the server is 1.30+ (bound tokens carry the node name from 1.30 on by default)."""
+    version = client.VersionApi(admin).get_code()
+    minor = int("".join(ch for ch in version.minor if ch.isdigit()) or 0)
+    if (int(version.major), minor) < (1, 30):
+        return False
+    try:
+        resources = client.AdmissionregistrationV1Api(admin).get_api_resources()
+    except ApiException:
+        return False
+    return any(r.name == "validatingadmissionpolicies" for r in resources.resources)
+
+
+def _wait_established(admin: client.ApiClient, name: str) -> None:
+    extensions = client.ApiextensionsV1Api(admin)
+
+    def established() -> bool:
+        crd = extensions.read_custom_resource_definition(name)
+        return any(
+            c.type == "Established" and c.status == "True" for c in crd.status.conditions or []
+        )
+
+    wait_for("the CRD to be established", established)
+
+
+@pytest.fixture(scope="module")
+def install(kube: client.ApiClient) -> Iterator[Install]:
+    """The chart's CRD, ServiceAccounts, RBAC and admission policy, applied as the admin."""
+    release = f"e2e-{uuid.uuid4().hex[:6]}"
+    setup = Install(release, release, kube, _server_supports_policy(kube))
+    values = {"admissionPolicy": {"enabled": setup.policy}}
+    rendered = [
+        doc
+        for docs in render_chart(values, release=release, namespace=release).values()
+        for doc in docs
+        if doc["kind"] in INSTALLED_KINDS
+    ]
+    dyn = dynamic.DynamicClient(kube)
+    core = client.CoreV1Api(kube)
+    core.create_namespace(
+        {
+            "metadata": {
+                "name": release,
+                "labels": {"pod-security.kubernetes.io/enforce": "privileged"},
+            }
+        }
+    )
+    created: list[dict[str, Any]] = []
+    try:
+        for obj in rendered:
+            resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+            try:
+                resource.create(body=obj, namespace=obj["metadata"].get("namespace"))
+            except ApiException as error:
+                # A CRD someone installed already stays theirs: use it, never remove it.
+                if error.status == 409 and obj["kind"] == "CustomResourceDefinition":
+                    continue
+                raise
+            created.append(obj)
+            if obj["kind"] == "CustomResourceDefinition":
+                _wait_established(kube, obj["metadata"]["name"])
+        setup.objects = created
+        yield setup
+    finally:
+        for obj in reversed(created):
+            resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+            with contextlib.suppress(ApiException):
+                resource.delete(
+                    name=obj["metadata"]["name"], namespace=obj["metadata"].get("namespace")
+                )
+        with contextlib.suppress(ApiException):
+            core.delete_namespace(release)
+
+
+# ---- identities ----
+
+
+def _admin_configuration() -> client.Configuration:
+    configuration: client.Configuration = client.Configuration.get_default_copy()
+    return configuration
+
+
+def service_account_token(install: Install, name: str, seconds: int = 3600) -> str:
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=seconds)
+    )
+    response = client.CoreV1Api(install.admin).create_namespaced_service_account_token(
+        name, install.namespace, request
+    )
+    return str(response.status.token)
+
+
+def token_client(token: str) -> client.ApiClient:
+    """An API client that authenticates with ``token`` only (no admin certificate)."""
+    configuration = _admin_configuration()
+    configuration.api_key = {"BearerToken": f"Bearer {token}"}
+    configuration.api_key_prefix = {}
+    configuration.refresh_api_key_hook = None
+    configuration.cert_file = None
+    configuration.key_file = None
+    configuration.username = None
+    configuration.password = None
+    return client.ApiClient(configuration)
+
+
+def token_kubeconfig(token: str, namespace: str, path: Path) -> Path:
+    configuration = _admin_configuration()
+    cluster: dict[str, Any] = {"server": configuration.host}
+    if configuration.ssl_ca_cert:
+        ca = Path(configuration.ssl_ca_cert).read_bytes()
+        cluster["certificate-authority-data"] = base64.b64encode(ca).decode()
+    if not configuration.verify_ssl:
+        cluster["insecure-skip-tls-verify"] = True
+    if configuration.tls_server_name:
+        cluster["tls-server-name"] = configuration.tls_server_name
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "e2e", "cluster": cluster}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [
+            {"name": "sa", "context": {"cluster": "e2e", "user": "sa", "namespace": namespace}}
+        ],
+        "current-context": "sa",
+    }
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    return path
+
+
+def impersonating(user: str, node: str | None = None) -> client.ApiClient:
+    """The admin acting as ``user`` (the API server adds the ServiceAccount's groups), with the
+    node name a pod-bound token of that ServiceAccount would carry."""
+    api = client.ApiClient(_admin_configuration())
+    api.set_default_header("Impersonate-User", user)
+    if node is not None:
+        api.set_default_header("Impersonate-Extra-authentication.kubernetes.io%2fnode-name", node)
+    return api
+
+
+def can(api: client.ApiClient, verb: str, group: str, resource: str, namespace: str | None) -> bool:
+    subresource = ""
+    if "/" in resource:
+        resource, subresource = resource.split("/", 1)
+    review = client.V1SelfSubjectAccessReview(
+        spec=client.V1SelfSubjectAccessReviewSpec(
+            resource_attributes=client.V1ResourceAttributes(
+                group=group,
+                resource=resource,
+                subresource=subresource or None,
+                verb=verb,
+                namespace=namespace,
+            )
+        )
+    )
+    result = client.AuthorizationV1Api(api).create_self_subject_access_review(review)
+    return bool(result.status.allowed)
+
+
+def _each_permission(rules: list[rbac.Rule]) -> Iterator[tuple[str, str, str]]:
+    for rule in rules:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    yield verb, group, resource
+
+
+def _status(call: Callable[[], Any]) -> int:
+    try:
+        call()
+    except ApiException as error:
+        return int(error.status)
+    return 200
+
+
+# ---- the operator ----
+
+
+def test_operator_token_has_exactly_its_permissions(install: Install) -> None:
+    operator = token_client(service_account_token(install, install.operator_sa))
+    for verb, group, resource in _each_permission(rbac.OPERATOR_CLUSTER_RULES):
+        assert can(operator, verb, group, resource, None), (verb, group, resource)
+    for verb, group, resource in _each_permission(rbac.OPERATOR_NAMESPACE_RULES):
+        assert can(operator, verb, group, resource, install.namespace), (verb, group, resource)
+    for verb, group, resource, namespace in [
+        ("get", "", "secrets", install.namespace),
+        ("list", "", "secrets", None),
+        ("patch", "", "nodes", None),
+        ("create", "", "configmaps", "default"),
+        ("create", "coordination.k8s.io", "leases", "kube-system"),
+        ("delete", GROUP, PLURAL, None),
+        ("create", "apps", "deployments", install.namespace),
+        ("update", "apiextensions.k8s.io", "customresourcedefinitions", None),
+    ]:
+        assert not can(operator, verb, group, resource, namespace), (verb, group, resource)
+
+
+def test_operator_token_makes_its_real_calls(install: Install) -> None:
+    operator = token_client(service_account_token(install, install.operator_sa))
+    ns = install.namespace
+    core, node_api = client.CoreV1Api(operator), client.NodeV1Api(operator)
+    client.CustomObjectsApi(operator).list_cluster_custom_object(GROUP, VERSION, PLURAL)
+    core.list_node(limit=1)
+    node_api.list_runtime_class(limit=1)
+    name = f"{install.release}-rc"
+    node_api.create_runtime_class({"metadata": {"name": name}, "handler": name})
+    node_api.delete_runtime_class(name)
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "wcow-runtime-plan"}, "data": {}})
+    core.patch_namespaced_config_map("wcow-runtime-plan", ns, {"data": {"plan.json": "{}"}})
+    client.CoordinationV1Api(operator).create_namespaced_lease(
+        ns, {"metadata": {"name": f"{install.release}-lease"}, "spec": {"holderIdentity": "e2e"}}
+    )
+    core.create_namespaced_event(
+        ns,
+        {
+            "metadata": {"generateName": "e2e-"},
+            "involvedObject": {"kind": "ConfigMap", "name": "wcow-runtime-plan", "namespace": ns},
+            "reason": "E2E",
+            "message": "least-privilege check",
+            "type": "Normal",
+        },
+    )
+    assert _status(lambda: core.list_namespaced_secret(ns)) == 403
+    assert (
+        _status(lambda: core.create_namespaced_config_map("default", {"metadata": {"name": name}}))
+        == 403
+    )
+
+
+def test_operator_does_its_job_under_its_own_token(
+    install: Install, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real wcow-operator, with leader election, as its ServiceAccount: a profile becomes a
+    RuntimeClass and a plan entry, and deleting it removes both."""
+    token = service_account_token(install, install.operator_sa)
+    kubeconfig = token_kubeconfig(token, install.namespace, tmp_path / "operator.kubeconfig")
+    custom = client.CustomObjectsApi(install.admin)
+    node_api = client.NodeV1Api(install.admin)
+    name = f"{install.release}-hv"
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    with running_operator(install.namespace, "--leader-election", "--resync-seconds", "10") as op:
+        try:
+            custom.create_cluster_custom_object(
+                GROUP, VERSION, PLURAL, profile(name, isolation="HyperV", windowsBuild="ltsc2022")
+            )
+            runtime_class = wait_for(
+                f"RuntimeClass {name}", lambda: node_api.read_runtime_class(name)
+            )
+            assert runtime_class.handler == name
+            plan = wait_for(
+                "the plan entry",
+                lambda: (
+                    (read_plan(install.admin, install.namespace) or {})
+                    .get("handlers", {})
+                    .get(name)
+                ),
+            )
+            assert plan
+            wait_for(
+                "a Valid condition",
+                lambda: condition(
+                    custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name), "Valid"
+                ),
+            )
+            lease = client.CoordinationV1Api(install.admin).read_namespaced_lease(
+                "wcow-operator", install.namespace
+            )
+            assert lease.spec.holder_identity
+            custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+            wait_for(
+                f"RuntimeClass {name} to go",
+                lambda: _status(lambda: node_api.read_runtime_class(name)) == 404,
+            )
+            wait_for(
+                f"profile {name} to go (finalizer released)",
+                lambda: (
+                    _status(lambda: custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name))
+                    == 404
+                ),
+            )
+        except AssertionError as error:
+            log = Path(op["log"]).read_text(encoding="utf-8")[-4000:]
+            raise AssertionError(f"{error}\n--- operator log (tail) ---\n{log}") from None
+        finally:
+            with contextlib.suppress(ApiException):
+                custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+    # A call the RBAC does not allow would show as Forbidden in the operator's log.
+    assert "Forbidden" not in Path(op["log"]).read_text(encoding="utf-8")
+
+
+# ---- the agent ----
+
+
+@pytest.fixture(scope="module")
+def nodes(install: Install) -> Iterator[tuple[str, str]]:
+    """Two Windows Node objects with no kubelet behind them: the agent's own and another."""
+    core = client.CoreV1Api(install.admin)
+    names = (f"{install.release}-win-a", f"{install.release}-win-b")
+    for name in names:
+        core.create_node(
+            {
+                "metadata": {
+                    "name": name,
+                    "labels": {
+                        "kubernetes.io/os": "windows",
+                        "e2e.wcow.dev/owner": install.release,
+                    },
+                }
+            }
+        )
+    try:
+        yield names
+    finally:
+        for name in names:
+            with contextlib.suppress(ApiException):
+                core.delete_node(name)
+
+
+def _label(key: str, value: str | None) -> dict[str, Any]:
+    return {"metadata": {"labels": {key: value}}}
+
+
+def test_agent_reads_the_plan_and_nothing_secret(install: Install) -> None:
+    agent = impersonating(install.agent_user)
+    for verb, group, resource in _each_permission(rbac.AGENT_CLUSTER_RULES):
+        assert can(agent, verb, group, resource, None), (verb, group, resource)
+    for verb, group, resource in _each_permission(rbac.AGENT_NAMESPACE_RULES):
+        assert can(agent, verb, group, resource, install.namespace), (verb, group, resource)
+    core = client.CoreV1Api(agent)
+    core.list_namespaced_config_map(install.namespace)
+    assert _status(lambda: core.list_namespaced_secret(install.namespace)) == 403
+    assert _status(core.list_secret_for_all_namespaces) == 403
+    assert _status(lambda: core.read_namespaced_secret("anything", install.namespace)) == 403
+    assert not can(agent, "delete", "", "nodes", None)
+    assert not can(agent, "patch", "", "nodes/status", None)
+    assert not can(agent, "create", "", "configmaps", install.namespace)
+
+
+def test_agent_may_label_and_annotate_its_own_node(
+    install: Install, nodes: tuple[str, str]
+) -> None:
+    own, _ = nodes
+    core = client.CoreV1Api(impersonating(install.agent_user, node=own))
+    key = f"{READY_LABEL_PREFIX}{install.release}"
+    core.patch_node(own, _label(key, "ready"))
+    core.patch_node(
+        own, {"metadata": {"annotations": {AGENT_STATUS_ANNOTATION: '{"schemaVersion":1}'}}}
+    )
+    core.patch_node(own, _label(key, None))
+    node = client.CoreV1Api(install.admin).read_node(own)
+    assert key not in (node.metadata.labels or {})
+    assert AGENT_STATUS_ANNOTATION in (node.metadata.annotations or {})
+
+
+def _eventually_denied(
+    what: str, call: Callable[[], Any], undo: Callable[[], Any], expect: str, timeout: float = 30
+) -> None:
+    """The policy applies a moment after it is created: retry until the server refuses,
+    undoing any change that slipped through before."""
+    deadline = time.monotonic() + timeout
+    while True:
+        refusal: ApiException | None = None
+        try:
+            call()
+        except ApiException as error:
+            refusal = error
+        if refusal is not None:
+            break
+        undo()
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: still allowed after {timeout}s")
+        time.sleep(1)
+    assert refusal.status == 403, f"{what}: {refusal.status} {refusal.body}"
+    assert expect in str(refusal.body), f"{what}: {refusal.body}"
+
+
+def test_policy_holds_the_agent_to_its_own_node_and_keys(
+    install: Install, nodes: tuple[str, str]
+) -> None:
+    if not install.policy:
+        pytest.skip("the server has no ValidatingAdmissionPolicy v1 (needs Kubernetes 1.30+)")
+    own, other = nodes
+    agent = client.CoreV1Api(impersonating(install.agent_user, node=own))
+    admin = client.CoreV1Api(install.admin)
+    ready = f"{READY_LABEL_PREFIX}{install.release}"
+    _eventually_denied(
+        "a foreign label on its own Node",
+        lambda: agent.patch_node(own, _label("example.com/pool", "x")),
+        lambda: admin.patch_node(own, _label("example.com/pool", None)),
+        f"only {READY_LABEL_PREFIX}* labels",
+    )
+    _eventually_denied(
+        "a runtime label on another Node",
+        lambda: agent.patch_node(other, _label(ready, "ready")),
+        lambda: admin.patch_node(other, _label(ready, None)),
+        "only its own Node",
+    )
+    _eventually_denied(
+        "relabelling the OS of its own Node",
+        lambda: agent.patch_node(own, _label("kubernetes.io/os", "linux")),
+        lambda: admin.patch_node(own, _label("kubernetes.io/os", "windows")),
+        "labels",
+    )
+    _eventually_denied(
+        "cordoning its own Node",
+        lambda: agent.patch_node(own, {"spec": {"unschedulable": True}}),
+        lambda: admin.patch_node(own, {"spec": {"unschedulable": None}}),
+        "not its spec",
+    )
+    # Still allowed: its own keys on its own Node.
+    agent.patch_node(own, _label(ready, "ready"))
+    agent.patch_node(own, _label(ready, None))
+
+
+def test_pod_bound_tokens_carry_the_node_the_policy_checks(
+    install: Install, nodes: tuple[str, str]
+) -> None:
+    """Not impersonation: a token bound to a pod on the agent's node, as the kubelet would mount
+    it, names that node (Kubernetes 1.30+), and the policy lets it patch only that node."""
+    if not install.policy:
+        pytest.skip("the server has no ValidatingAdmissionPolicy v1 (needs Kubernetes 1.30+)")
+    own, other = nodes
+    core = client.CoreV1Api(install.admin)
+    pod_name = f"{install.release}-agent"
+    pod = core.create_namespaced_pod(
+        install.namespace,
+        {
+            "metadata": {"name": pod_name},
+            "spec": {
+                "serviceAccountName": install.agent_sa,
+                "nodeName": own,  # bound to the node object; no kubelet will run it
+                "containers": [{"name": "agent", "image": "registry.k8s.io/pause:3.10"}],
+            },
+        },
+    )
+    try:
+        request = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(
+                audiences=[],
+                expiration_seconds=600,
+                bound_object_ref=client.V1BoundObjectReference(
+                    api_version="v1", kind="Pod", name=pod_name, uid=pod.metadata.uid
+                ),
+            )
+        )
+        token = core.create_namespaced_service_account_token(
+            install.agent_sa, install.namespace, request
+        ).status.token
+        review = client.AuthenticationV1Api(install.admin).create_token_review(
+            client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token))
+        )
+        assert review.status.authenticated
+        assert review.status.user.extra.get(NODE_NAME_EXTRA) == [own]
+        agent = client.CoreV1Api(token_client(token))
+        ready = f"{READY_LABEL_PREFIX}{install.release}"
+        agent.patch_node(own, _label(ready, "ready"))
+        agent.patch_node(own, _label(ready, None))
+        _eventually_denied(
+            "a pod-bound token on another Node",
+            lambda: agent.patch_node(other, _label(ready, "ready")),
+            lambda: client.CoreV1Api(install.admin).patch_node(other, _label(ready, None)),
+            "only its own Node",
+        )
+    finally:
+        with contextlib.suppress(ApiException):
+            core.delete_namespaced_pod(pod_name, install.namespace, grace_period_seconds=0)
+
+
+def test_install_used_the_chart_objects(install: Install) -> None:
+    """What was applied is the chart's own rendering (not a hand-written copy)."""
+    kinds = {o["kind"] for o in install.objects}
+    expected = INSTALLED_KINDS - (set() if install.policy else POLICY_KINDS)
+    assert kinds | {"CustomResourceDefinition"} == expected | {"CustomResourceDefinition"}
+    roles = {
+        o["metadata"]["name"]: o["rules"] for o in install.objects if o["kind"] == "ClusterRole"
+    }
+    assert roles[f"{install.release}-wcow-runtime-operator"] == copy.deepcopy(
+        rbac.OPERATOR_CLUSTER_RULES
+    )
