@@ -52,6 +52,7 @@ from wcow_operator.render.containerd import RUNTIMES_PATH
 log = logging.getLogger("wcow_agent")
 
 CRI_POLL_SECONDS = 2.0
+NO_FILE = "none"  # state.loaded when containerd runs without a config.toml
 
 
 @dataclass(frozen=True)
@@ -151,8 +152,9 @@ class NodeAgent:
             self._refused(report, plan, "ConfigUnreadable", f"{config}: {error}")
             return None
         disk_hash = None if created else text_hash(original)
-        if not created and state.loaded is None and not state.restart_pending:
-            state.loaded = disk_hash  # first contact: containerd runs what is on disk
+        if state.loaded is None and not state.restart_pending:
+            # First contact: containerd runs what is on disk (or its defaults: no file).
+            state.loaded = NO_FILE if created else disk_hash
         elif (
             disk_hash is not None
             and disk_hash not in (state.written, state.loaded)
@@ -314,13 +316,15 @@ class NodeAgent:
         if result.owned and not owned_before and not created and not paths.pristine.exists():
             # The file before the agent's first change: removing everything restores it.
             write_atomically(paths.pristine, original, backup=False)
+        new_hash = text_hash(result.text)
+        # Recorded before the write: if the agent dies after it, the next one finds a file
+        # it wrote that containerd never loaded, and restarts containerd.
         state.owned = {**owned_before, **result.owned}
         state.created_config = state.created_config or created
+        state.written = new_hash
         save_state(paths.state, state)
         write_atomically(paths.config, result.text, backup=not created)
         report.wrote = True
-        new_hash = text_hash(result.text)
-        state.written = new_hash
         state.restart_pending = True
         save_state(paths.state, state)
         came_up, why = self._restart_and_wait(report, "apply")
@@ -339,18 +343,19 @@ class NodeAgent:
             "previous file",
             warning=True,
         )
+        state.rejected[new_hash] = why
+        save_state(paths.state, state)
         if created:
             paths.config.unlink(missing_ok=True)
             state.written = None
         else:
             write_atomically(paths.config, original, backup=False)
             state.written = text_hash(original)
-        state.rejected[new_hash] = why
         save_state(paths.state, state)
         back, why_back = self._restart_and_wait(report, "rollback")
         state.owned = owned_before
         if back:
-            state.loaded = state.written
+            state.loaded = state.written or NO_FILE
             state.restart_pending = False
         else:
             report.event(
@@ -368,7 +373,7 @@ class NodeAgent:
         report.event("RestartRecovery", "finishing a containerd restart an earlier run began")
         came_up, why = self._restart_and_wait(report, "recovery")
         if came_up:
-            state.loaded = disk_hash
+            state.loaded = disk_hash or NO_FILE
             state.restart_pending = False
             save_state(self.paths.state, state)
             return

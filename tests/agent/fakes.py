@@ -147,6 +147,7 @@ class FakeNode:
         self.vm_processors: int | None = None  # what the VM really gets, if not as asked
         self.vm_memory_mb: int | None = None
         self.dump_calls: list[str] = []
+        self.written_texts: list[str] = []
         self.computecore = FakeComputeCore(self)
 
     # -- bookkeeping -----------------------------------------------------------------
