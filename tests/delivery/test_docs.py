@@ -1,0 +1,82 @@
+"""docs/install.md: its examples work against the chart and the kustomize base as they are."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import helm_python
+import pytest
+import yaml
+from deploy.generate import CHART, DEPLOY
+
+from tests.conftest import ROOT
+
+DOC = ROOT / "docs" / "install.md"
+
+
+def _yaml_blocks() -> list[str]:
+    return re.findall(r"```yaml\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
+
+
+def _block(marker: str) -> dict[str, Any]:
+    block = next(b for b in _yaml_blocks() if marker in b)
+    document: dict[str, Any] = yaml.safe_load(block)
+    return document
+
+
+def test_argo_cd_application_installs_this_chart_with_valid_values() -> None:
+    app = _block("kind: Application")
+    source = app["spec"]["source"]
+    assert source["path"] == str(CHART.relative_to(ROOT))
+    with helm_python.Chart.load(CHART) as chart:
+        chart.validate_schema(source["helm"]["valuesObject"])
+    labels = app["spec"]["syncPolicy"]["managedNamespaceMetadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+def test_every_set_flag_in_the_docs_is_a_chart_value() -> None:
+    with helm_python.Chart.load(CHART) as chart:
+        for key, value in re.findall(r"--set ([\w.]+)=(\w+)", DOC.read_text(encoding="utf-8")):
+            chart.validate_schema(helm_python.parse_set_string(f"{key}={value}"))
+
+
+@pytest.mark.skipif(
+    shutil.which("kubectl") is None, reason="kubectl is not installed: overlay example not built"
+)
+def test_overlay_example_builds_with_real_kustomize(tmp_path: Path) -> None:
+    overlay = _block("# my-overlay/kustomization.yaml")
+    shutil.copytree(DEPLOY, tmp_path / "deploy", ignore=shutil.ignore_patterns("docker", "*.py"))
+    overlay["resources"] = ["../deploy"]
+    (tmp_path / "overlay").mkdir()
+    (tmp_path / "overlay" / "kustomization.yaml").write_text(
+        yaml.safe_dump(overlay), encoding="utf-8"
+    )
+    result = subprocess.run(
+        ["kubectl", "kustomize", str(tmp_path / "overlay")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    objects = [o for o in yaml.safe_load_all(result.stdout) if o]
+    kinds = {o["kind"] for o in objects}
+    assert "ValidatingAdmissionPolicy" not in kinds
+    assert "ValidatingAdmissionPolicyBinding" not in kinds
+    namespace = next(o for o in objects if o["kind"] == "Namespace")
+    assert namespace["metadata"]["name"] == overlay["namespace"]
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    for obj in objects:
+        for subject in obj.get("subjects", []):
+            assert subject["namespace"] == overlay["namespace"]
+    images = {
+        c["image"].rsplit(":", 1)[0]
+        for o in objects
+        if o["kind"] in ("Deployment", "DaemonSet")
+        for c in o["spec"]["template"]["spec"]["containers"]
+    }
+    assert images == {i["newName"] for i in overlay["images"]}
