@@ -122,6 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         daemon=True,
     ).start()
     registry = kopf.OperatorRegistry()
+    # A registry of our own has no login handler: use the kubernetes client's credentials
+    # (in-cluster service account, or the kubeconfig), as the default registry would.
+    kopf.on.login(registry=registry)(kopf.login_via_client)
     register(registry, runner.trigger)
     log.info("wcow-operator starting: namespace=%s", settings.namespace)
     try:

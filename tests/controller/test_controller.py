@@ -241,3 +241,32 @@ def test_runner_passes_on_trigger_and_stops(api: FakeApi, controller: Controller
         runner.trigger()
         thread.join(timeout=5)
     assert not thread.is_alive()
+
+
+def test_a_bug_in_one_write_does_not_stop_the_others(
+    api: FakeApi, controller: Controller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api.apply_profile(profile_document("a"))
+    api.apply_profile(profile_document("b"))
+
+    def broken(body: dict[str, Any]) -> dict[str, Any]:
+        if body["metadata"]["name"] == "a":
+            raise KeyError("resourceVersion")
+        return FakeApi.create_runtime_class(api, body)
+
+    monkeypatch.setattr(api, "create_runtime_class", broken)
+    report = controller.run_pass()
+    assert any("create-runtime-class a" in e for e in report.errors)
+    assert "b" in api.runtime_classes
+    assert api.plan() is not None
+
+
+def test_a_failing_pass_is_reported_not_raised(
+    api: FakeApi, controller: Controller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def explode() -> list[dict[str, Any]]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(api, "list_profiles", explode)
+    report = controller.run_pass()
+    assert report.errors == ["reconcile failed: RuntimeError('boom')"]

@@ -89,6 +89,9 @@ class Controller:
             outcome = reconcile(self.observe(), self.settings, self.clock())
         except ApiError as error:
             report.errors.append(f"reading the cluster: {error}")
+        except Exception as error:  # never let the reconciler thread die; say why and retry
+            log.exception("reconcile pass failed")
+            report.errors.append(f"reconcile failed: {error!r}")
         else:
             self._execute(outcome, report)
             self._record(outcome, report)
@@ -119,10 +122,13 @@ class Controller:
             for note in outcome.events:
                 self._post_event(note)
 
-    def _try(self, write: Write) -> ApiError | None:
+    def _try(self, write: Write) -> Exception | None:
         try:
             self._apply(write)
         except ApiError as error:
+            return error
+        except Exception as error:  # a bug in one write must not stop the others
+            log.exception("%s %s failed", write.kind, write.target)
             return error
         return None
 
@@ -239,7 +245,7 @@ def _read_plan(config_map: dict[str, Any]) -> dict[str, Any] | None:
     return plan if isinstance(plan, dict) else None
 
 
-def _blocked_cleanups(outcome: Outcome, error: ApiError) -> list[EventNote]:
+def _blocked_cleanups(outcome: Outcome, error: Exception) -> list[EventNote]:
     return [
         EventNote(
             w.target,
