@@ -360,6 +360,7 @@ def serve(args: argparse.Namespace, loop: AgentLoop) -> int:
     metrics_server, _ = start_http_server(args.metrics_port, registry=loop.metrics.registry)
     health_server = HealthServer(loop.health, args.health_port)
     health_server.start()
+    loop.ports = {"metrics": int(metrics_server.server_address[1]), "health": health_server.port}
     log.info(
         "wcow-agent on node %s: plan %s/wcow-runtime-plan, config %s, metrics :%s, health :%s",
         loop.options.node_name,

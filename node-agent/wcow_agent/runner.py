@@ -89,6 +89,7 @@ class AgentLoop:
         self._status: AgentStatus | None = None
         self._config_fingerprint: str | None = None
         self._last_events: set[tuple[str, str, bool]] = set()
+        self.ports: dict[str, int] = {}  # where the metrics and health servers listen
 
     # -- the plan --------------------------------------------------------------------
 
