@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -97,7 +97,8 @@ def _wait_established(admin: client.ApiClient, name: str) -> None:
     def established() -> bool:
         crd = extensions.read_custom_resource_definition(name)
         return any(
-            c.type == "Established" and c.status == "True" for c in crd.status.conditions or []
+            c.type == "Established" and c.status == "True"
+            for c in (crd.status.conditions if crd.status else None) or []
         )
 
     wait_for("the CRD to be established", established)
@@ -115,15 +116,17 @@ def install(kube: client.ApiClient) -> Iterator[Install]:
         for doc in docs
         if doc["kind"] in INSTALLED_KINDS
     ]
-    dyn = dynamic.DynamicClient(kube)
+    dyn = dynamic.DynamicClient(kube)  # type: ignore[no-untyped-call]
     core = client.CoreV1Api(kube)
     core.create_namespace(
-        {
-            "metadata": {
-                "name": release,
-                "labels": {"pod-security.kubernetes.io/enforce": "privileged"},
+        raw(
+            {
+                "metadata": {
+                    "name": release,
+                    "labels": {"pod-security.kubernetes.io/enforce": "privileged"},
+                }
             }
-        }
+        )
     )
     created: list[dict[str, Any]] = []
     try:
@@ -167,6 +170,7 @@ def service_account_token(install: Install, name: str, seconds: int = 3600) -> s
     response = client.CoreV1Api(install.admin).create_namespaced_service_account_token(
         name, install.namespace, request
     )
+    assert response.status is not None
     return str(response.status.token)
 
 
@@ -211,9 +215,10 @@ def impersonating(user: str, node: str | None = None) -> client.ApiClient:
     """The admin acting as ``user`` (the API server adds the ServiceAccount's groups), with the
     node name a pod-bound token of that ServiceAccount would carry."""
     api = client.ApiClient(_admin_configuration())
-    api.set_default_header("Impersonate-User", user)
+    api.default_headers["Impersonate-User"] = user
     if node is not None:
-        api.set_default_header("Impersonate-Extra-authentication.kubernetes.io%2fnode-name", node)
+        # Extra keys travel percent-encoded in the header name ("/" is not allowed there).
+        api.default_headers["Impersonate-Extra-authentication.kubernetes.io%2fnode-name"] = node
     return api
 
 
@@ -233,7 +238,7 @@ def can(api: client.ApiClient, verb: str, group: str, resource: str, namespace: 
         )
     )
     result = client.AuthorizationV1Api(api).create_self_subject_access_review(review)
-    return bool(result.status.allowed)
+    return bool(result.status and result.status.allowed)
 
 
 def _each_permission(rules: list[rbac.Rule]) -> Iterator[tuple[str, str, str]]:
@@ -242,6 +247,11 @@ def _each_permission(rules: list[rbac.Rule]) -> Iterator[tuple[str, str, str]]:
             for resource in rule["resources"]:
                 for verb in rule["verbs"]:
                     yield verb, group, resource
+
+
+def raw(body: dict[str, Any]) -> Any:
+    """The client's signatures name model classes; it sends plain dicts as they are."""
+    return body
 
 
 def _status(call: Callable[[], Any]) -> int:
@@ -282,26 +292,37 @@ def test_operator_token_makes_its_real_calls(install: Install) -> None:
     core.list_node(limit=1)
     node_api.list_runtime_class(limit=1)
     name = f"{install.release}-rc"
-    node_api.create_runtime_class({"metadata": {"name": name}, "handler": name})
+    node_api.create_runtime_class(raw({"metadata": {"name": name}, "handler": name}))
     node_api.delete_runtime_class(name)
-    core.create_namespaced_config_map(ns, {"metadata": {"name": "wcow-runtime-plan"}, "data": {}})
+    core.create_namespaced_config_map(
+        ns, raw({"metadata": {"name": "wcow-runtime-plan"}, "data": {}})
+    )
     core.patch_namespaced_config_map("wcow-runtime-plan", ns, {"data": {"plan.json": "{}"}})
     client.CoordinationV1Api(operator).create_namespaced_lease(
-        ns, {"metadata": {"name": f"{install.release}-lease"}, "spec": {"holderIdentity": "e2e"}}
+        ns,
+        raw({"metadata": {"name": f"{install.release}-lease"}, "spec": {"holderIdentity": "e2e"}}),
     )
     core.create_namespaced_event(
         ns,
-        {
-            "metadata": {"generateName": "e2e-"},
-            "involvedObject": {"kind": "ConfigMap", "name": "wcow-runtime-plan", "namespace": ns},
-            "reason": "E2E",
-            "message": "least-privilege check",
-            "type": "Normal",
-        },
+        raw(
+            {
+                "metadata": {"generateName": "e2e-"},
+                "involvedObject": {
+                    "kind": "ConfigMap",
+                    "name": "wcow-runtime-plan",
+                    "namespace": ns,
+                },
+                "reason": "E2E",
+                "message": "least-privilege check",
+                "type": "Normal",
+            }
+        ),
     )
     assert _status(lambda: core.list_namespaced_secret(ns)) == 403
     assert (
-        _status(lambda: core.create_namespaced_config_map("default", {"metadata": {"name": name}}))
+        _status(
+            lambda: core.create_namespaced_config_map("default", raw({"metadata": {"name": name}}))
+        )
         == 403
     )
 
@@ -338,12 +359,17 @@ def test_operator_does_its_job_under_its_own_token(
             wait_for(
                 "a Valid condition",
                 lambda: condition(
-                    custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name), "Valid"
+                    cast(
+                        dict[str, Any],
+                        custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name),
+                    ),
+                    "Valid",
                 ),
             )
             lease = client.CoordinationV1Api(install.admin).read_namespaced_lease(
                 "wcow-operator", install.namespace
             )
+            assert lease.spec is not None
             assert lease.spec.holder_identity
             custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
             wait_for(
@@ -376,17 +402,8 @@ def nodes(install: Install) -> Iterator[tuple[str, str]]:
     core = client.CoreV1Api(install.admin)
     names = (f"{install.release}-win-a", f"{install.release}-win-b")
     for name in names:
-        core.create_node(
-            {
-                "metadata": {
-                    "name": name,
-                    "labels": {
-                        "kubernetes.io/os": "windows",
-                        "e2e.wcow.dev/owner": install.release,
-                    },
-                }
-            }
-        )
+        labels = {"kubernetes.io/os": "windows", "e2e.wcow.dev/owner": install.release}
+        core.create_node(raw({"metadata": {"name": name, "labels": labels}}))
     try:
         yield names
     finally:
@@ -426,9 +443,10 @@ def test_agent_may_label_and_annotate_its_own_node(
         own, {"metadata": {"annotations": {AGENT_STATUS_ANNOTATION: '{"schemaVersion":1}'}}}
     )
     core.patch_node(own, _label(key, None))
-    node = client.CoreV1Api(install.admin).read_node(own)
-    assert key not in (node.metadata.labels or {})
-    assert AGENT_STATUS_ANNOTATION in (node.metadata.annotations or {})
+    metadata = client.CoreV1Api(install.admin).read_node(own).metadata
+    assert metadata is not None
+    assert key not in (metadata.labels or {})
+    assert AGENT_STATUS_ANNOTATION in (metadata.annotations or {})
 
 
 def _eventually_denied(
@@ -503,15 +521,18 @@ def test_pod_bound_tokens_carry_the_node_the_policy_checks(
     pod_name = f"{install.release}-agent"
     pod = core.create_namespaced_pod(
         install.namespace,
-        {
-            "metadata": {"name": pod_name},
-            "spec": {
-                "serviceAccountName": install.agent_sa,
-                "nodeName": own,  # bound to the node object; no kubelet will run it
-                "containers": [{"name": "agent", "image": "registry.k8s.io/pause:3.10"}],
-            },
-        },
+        raw(
+            {
+                "metadata": {"name": pod_name},
+                "spec": {
+                    "serviceAccountName": install.agent_sa,
+                    "nodeName": own,  # bound to the node object; no kubelet will run it
+                    "containers": [{"name": "agent", "image": "registry.k8s.io/pause:3.10"}],
+                },
+            }
+        ),
     )
+    assert pod.metadata is not None
     try:
         request = client.AuthenticationV1TokenRequest(
             spec=client.V1TokenRequestSpec(
@@ -522,14 +543,20 @@ def test_pod_bound_tokens_carry_the_node_the_policy_checks(
                 ),
             )
         )
-        token = core.create_namespaced_service_account_token(
+        issued = core.create_namespaced_service_account_token(
             install.agent_sa, install.namespace, request
-        ).status.token
+        )
+        assert issued.status is not None
+        token = str(issued.status.token)
         review = client.AuthenticationV1Api(install.admin).create_token_review(
             client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token))
         )
-        assert review.status.authenticated
-        assert review.status.user.extra.get(NODE_NAME_EXTRA) == [own]
+        assert review.status is not None
+        assert review.status.authenticated, review.status.error
+        assert review.status.user is not None
+        assert (review.status.user.extra or {}).get(NODE_NAME_EXTRA) == [own], (
+            "bound tokens carry no node name: is ServiceAccountTokenPodNodeInfo on (1.30+)?"
+        )
         agent = client.CoreV1Api(token_client(token))
         ready = f"{READY_LABEL_PREFIX}{install.release}"
         agent.patch_node(own, _label(ready, "ready"))
