@@ -1,0 +1,203 @@
+"""The Kubernetes adapter: the calls it makes, that RBAC allows each of them, and that only
+it imports the client."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from wcow_agent.cluster import ClusterError, NodeObject, WatchExpiredError
+from wcow_agent.k8s import KubernetesCluster
+from wcow_operator.rbac import AGENT_CLUSTER_RULES, AGENT_NAMESPACE_RULES, allows
+
+AGENT = Path(__file__).resolve().parents[2] / "node-agent" / "wcow_agent"
+
+
+class FakeCore:
+    """CoreV1Api as far as the adapter uses it; records (verb, resource, namespace, ...)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str | None, dict[str, Any]]] = []
+        self.config_map: client.V1ConfigMap | None = client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="wcow-runtime-plan", resource_version="41"),
+            data={"plan.json": '{"kind": "RuntimePlan"}'},
+        )
+        self.fail: ApiException | None = None
+
+    def _record(self, verb: str, resource: str, namespace: str | None, **details: Any) -> None:
+        self.calls.append((verb, resource, namespace, details))
+        if self.fail is not None:
+            raise self.fail
+
+    def read_namespaced_config_map(self, name: str, namespace: str) -> client.V1ConfigMap:
+        self._record("get", "configmaps", namespace, name=name)
+        if self.config_map is None:
+            raise ApiException(status=404, reason="Not Found")
+        return self.config_map
+
+    def list_namespaced_config_map(self, namespace: str, **kwargs: Any) -> None:
+        raise AssertionError("only called through the watch")
+
+    def read_node(self, name: str) -> client.V1Node:
+        self._record("get", "nodes", None, name=name)
+        return client.V1Node(
+            metadata=client.V1ObjectMeta(
+                name=name, uid="uid-7", labels={"a": "b"}, annotations={"c": "d"}
+            )
+        )
+
+    def patch_node(self, name: str, body: dict[str, Any], **kwargs: Any) -> None:
+        self._record("patch", "nodes", None, name=name, body=body, **kwargs)
+
+    def create_namespaced_event(self, namespace: str, body: client.CoreV1Event) -> None:
+        self._record("create", "events", namespace, body=body)
+
+
+class FakeWatch:
+    def __init__(self, core: FakeCore, events: list[dict[str, Any]]) -> None:
+        self.core = core
+        self.events = events
+        self.stopped = False
+
+    def stream(self, func: Any, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        assert func == self.core.list_namespaced_config_map
+        self.core.calls.append(("watch", "configmaps", args[0], kwargs))
+        yield from self.events
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def config_map(version: str, text: str | None) -> client.V1ConfigMap:
+    return client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="wcow-runtime-plan", resource_version=version),
+        data=None if text is None else {"plan.json": text},
+    )
+
+
+def assert_rbac_allows(calls: list[tuple[str, str, str | None, dict[str, Any]]]) -> None:
+    for verb, resource, namespace, _ in calls:
+        rules = AGENT_NAMESPACE_RULES if resource == "configmaps" else AGENT_CLUSTER_RULES
+        assert allows(rules, "", resource, verb), f"RBAC does not allow {verb} {resource}"
+        if resource == "configmaps":
+            assert namespace == "wcow-system", "configmaps only in the plan's namespace"
+
+
+def test_plan_reads_and_watches_are_allowed_and_narrow() -> None:
+    core = FakeCore()
+    events = [
+        {"type": "MODIFIED", "object": config_map("42", '{"v": 2}')},
+        {"type": "DELETED", "object": config_map("43", '{"v": 2}')},
+    ]
+    watch = FakeWatch(core, events)
+    cluster = KubernetesCluster(core, watch_factory=lambda: watch)
+
+    plan = cluster.get_plan("wcow-system")
+    seen = list(cluster.watch_plan("wcow-system", plan.resource_version, 300))
+
+    assert (plan.exists, plan.text, plan.resource_version) == (
+        True,
+        '{"kind": "RuntimePlan"}',
+        "41",
+    )
+    assert [(p.exists, p.text, p.resource_version) for p in seen] == [
+        (True, '{"v": 2}', "42"),
+        (False, None, "43"),
+    ]
+    _, _, _, kwargs = core.calls[-1]
+    assert kwargs == {
+        "field_selector": "metadata.name=wcow-runtime-plan",
+        "timeout_seconds": 300,
+        "resource_version": "41",
+    }
+    assert watch.stopped
+    assert_rbac_allows(core.calls)
+
+
+def test_a_missing_plan_is_not_an_error_but_a_refusal_is() -> None:
+    core = FakeCore()
+    core.config_map = None
+    cluster = KubernetesCluster(core)
+    assert cluster.get_plan("wcow-system").exists is False
+    core.fail = ApiException(status=403, reason="Forbidden")
+    with pytest.raises(ClusterError, match="403 Forbidden") as raised:
+        cluster.get_plan("wcow-system")
+    assert raised.value.status == 403
+
+
+def test_an_expired_watch_asks_for_a_new_list() -> None:
+    core = FakeCore()
+    expired = {"type": "ERROR", "raw_object": {"code": 410, "message": "too old resource version"}}
+    cluster = KubernetesCluster(core, watch_factory=lambda: FakeWatch(core, [expired]))
+    with pytest.raises(WatchExpiredError, match="too old"):
+        list(cluster.watch_plan("wcow-system", "1", 10))
+
+
+def test_node_patch_is_a_merge_of_labels_and_annotations_by_the_agent() -> None:
+    core = FakeCore()
+    cluster = KubernetesCluster(core)
+
+    node = cluster.get_node("win-1")
+    cluster.patch_node(
+        "win-1",
+        {"runtime.wcow.dev/hv": "ready", "runtime.wcow.dev/old": None},
+        {"runtime.wcow.dev/agent-status": "{}"},
+    )
+    cluster.patch_node("win-1", {}, {})  # nothing to change: no request
+
+    assert node == NodeObject("win-1", "uid-7", {"a": "b"}, {"c": "d"})
+    patches = [call for call in core.calls if call[0] == "patch"]
+    assert len(patches) == 1
+    assert patches[0][3] == {
+        "name": "win-1",
+        "body": {
+            "metadata": {
+                "labels": {"runtime.wcow.dev/hv": "ready", "runtime.wcow.dev/old": None},
+                "annotations": {"runtime.wcow.dev/agent-status": "{}"},
+            }
+        },
+        "field_manager": "wcow-agent",
+    }
+    assert_rbac_allows(core.calls)
+
+
+def test_events_are_recorded_on_the_node() -> None:
+    core = FakeCore()
+    cluster = KubernetesCluster(core)
+    cluster.node_event(NodeObject("win-1", "uid-7"), "ContainerdRollback", "why", warning=True)
+    verb, resource, namespace, details = core.calls[0]
+    event: client.CoreV1Event = details["body"]
+    assert (verb, resource, namespace) == ("create", "events", "default")
+    assert event.involved_object.kind == "Node"
+    assert event.involved_object.name == "win-1"
+    assert event.involved_object.uid == "uid-7"
+    assert (event.reason, event.message, event.type) == ("ContainerdRollback", "why", "Warning")
+    assert event.source.component == "wcow-agent"
+    assert_rbac_allows(core.calls)
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_only_the_adapter_imports_kubernetes_and_only_api_and_render_of_the_operator() -> None:
+    for path in sorted(AGENT.rglob("*.py")):
+        imported = _imports(path)
+        if path.name != "k8s.py":
+            assert not {n for n in imported if n.split(".")[0] == "kubernetes"}, path
+        operator = {n for n in imported if n.startswith("wcow_operator")}
+        assert all(n.startswith(("wcow_operator.api", "wcow_operator.render")) for n in operator), (
+            f"{path.name} imports {operator}"
+        )
