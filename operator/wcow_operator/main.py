@@ -22,6 +22,7 @@ from wcow_operator.health import serve_health
 from wcow_operator.k8s.api import KubernetesApi, load_client_config
 from wcow_operator.k8s.leader import run_with_leader_election
 from wcow_operator.k8s.nodes import watch_windows_nodes
+from wcow_operator.rbac import OPERATOR_LEASE
 from wcow_operator.reconcile.core import ReconcileSettings
 from wcow_operator.settings import OperatorSettings, SettingsError, parse_settings
 
@@ -108,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if settings.leader_election:
         threading.Thread(
             target=run_with_leader_election,
-            args=(settings.lease_name, settings.namespace, identity, lead),
+            args=(OPERATOR_LEASE, settings.namespace, identity, lead),
             name="leader-election",
             daemon=True,
         ).start()

@@ -9,49 +9,51 @@ from __future__ import annotations
 from typing import Any, Final
 
 from wcow_operator.api.v1alpha1 import GROUP, PLURAL
+from wcow_operator.render.plan import PLAN_CONFIGMAP
+
+OPERATOR_LEASE = "wcow-operator"
 
 Rule = dict[str, Any]
 
-# Cluster-wide, for the operator: its profiles, the RuntimeClasses it owns, Nodes it reads
-# (agent status and ready labels), events, and what kopf needs to follow CRDs.
+# Cluster-wide, for the operator: its profiles (finalizers; status), the RuntimeClasses it
+# owns, Windows Nodes it reads (agent reports, ready labels), and the CRDs kopf follows.
 OPERATOR_CLUSTER_RULES: Final[list[Rule]] = [
-    {
-        "apiGroups": [GROUP],
-        "resources": [PLURAL],
-        "verbs": ["get", "list", "watch", "patch", "update"],
-    },
-    {
-        "apiGroups": [GROUP],
-        "resources": [f"{PLURAL}/status"],
-        "verbs": ["get", "patch", "update"],
-    },
+    {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "list", "watch", "patch"]},
+    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch"]},
+    # RuntimeClasses carry blockOwnerDeletion: clusters that enforce owner-reference
+    # permissions (OwnerReferencesPermissionEnforcement) require update on finalizers.
+    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},
     {
         "apiGroups": ["node.k8s.io"],
         "resources": ["runtimeclasses"],
-        "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
+        "verbs": ["list", "watch", "create", "update", "delete"],
     },
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
     {
         "apiGroups": ["apiextensions.k8s.io"],
         "resources": ["customresourcedefinitions"],
-        "verbs": ["get", "list", "watch"],
+        "verbs": ["list", "watch"],
     },
 ]
 
-# In the operator's namespace only: the plan ConfigMap and the leader-election Lease.
+# In the operator's namespace only: the plan ConfigMap and the leader Lease (by name, except
+# create, which RBAC cannot restrict by name), and events about profiles.
 OPERATOR_NAMESPACE_RULES: Final[list[Rule]] = [
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
     {
         "apiGroups": [""],
         "resources": ["configmaps"],
-        "verbs": ["get", "list", "watch", "create", "patch", "update"],
+        "resourceNames": [PLAN_CONFIGMAP],
+        "verbs": ["get", "update"],
     },
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
     {
         "apiGroups": ["coordination.k8s.io"],
         "resources": ["leases"],
-        "verbs": ["get", "list", "watch", "create", "patch", "update"],
+        "resourceNames": [OPERATOR_LEASE],
+        "verbs": ["get", "update"],
     },
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 ]
 
 # Cluster-wide, for the node agent: its own Node (a ValidatingAdmissionPolicy narrows patch
@@ -67,9 +69,15 @@ AGENT_NAMESPACE_RULES: Final[list[Rule]] = [
 ]
 
 
-def allows(rules: list[Rule], group: str, resource: str, verb: str) -> bool:
-    """Whether ``rules`` grant ``verb`` on ``group``/``resource``."""
+def allows(
+    rules: list[Rule], group: str, resource: str, verb: str, name: str | None = None
+) -> bool:
+    """Whether ``rules`` grant ``verb`` on ``group``/``resource`` (object ``name``, if the
+    call names one: a rule with resourceNames grants only those)."""
     return any(
-        group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]
+        group in rule["apiGroups"]
+        and resource in rule["resources"]
+        and verb in rule["verbs"]
+        and ("resourceNames" not in rule or name in rule["resourceNames"])
         for rule in rules
     )

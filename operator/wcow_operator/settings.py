@@ -23,7 +23,6 @@ class OperatorSettings:
     resync_seconds: float = 300.0
     debounce_seconds: float = 0.5
     leader_election: bool = True
-    lease_name: str = "wcow-operator"
     require_node_gating: bool = False
     log_format: str = "json"
     log_level: str = "INFO"

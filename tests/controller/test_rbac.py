@@ -23,13 +23,13 @@ def test_adapter_implements_the_whole_boundary() -> None:
 
 def test_every_declared_permission_is_granted() -> None:
     for method, permissions in PERMISSIONS.items():
-        for group, resource, verb, scope in permissions:
+        for group, resource, verb, scope, name in permissions:
             rules = (
                 rbac.OPERATOR_CLUSTER_RULES
                 if scope == "cluster"
                 else rbac.OPERATOR_CLUSTER_RULES + rbac.OPERATOR_NAMESPACE_RULES
             )
-            assert rbac.allows(rules, group, resource, verb), (
+            assert rbac.allows(rules, group, resource, verb, name), (
                 f"KubernetesApi.{method} uses {verb} {group or 'core'}/{resource}, "
                 "which the operator's RBAC rules do not grant"
             )
@@ -45,6 +45,16 @@ def test_kopf_watches_are_granted() -> None:
     ):
         for verb in ("list", "watch"):
             assert rbac.allows(rbac.OPERATOR_CLUSTER_RULES, group, resource, verb)
+
+
+def test_leader_election_lease_is_granted_by_name() -> None:
+    # kubernetes.leaderelection's LeaseLock reads, creates and replaces its Lease.
+    rules = rbac.OPERATOR_NAMESPACE_RULES
+    for verb in ("get", "update"):
+        assert rbac.allows(rules, "coordination.k8s.io", "leases", verb, rbac.OPERATOR_LEASE)
+        assert not rbac.allows(rules, "coordination.k8s.io", "leases", verb, "someone-else")
+    assert rbac.allows(rules, "coordination.k8s.io", "leases", "create")
+    assert not rbac.allows(rules, "", "configmaps", "update", "kube-root-ca.crt")
 
 
 def test_the_operator_cannot_touch_secrets_or_pods() -> None:

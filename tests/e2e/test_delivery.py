@@ -222,7 +222,14 @@ def impersonating(user: str, node: str | None = None) -> client.ApiClient:
     return api
 
 
-def can(api: client.ApiClient, verb: str, group: str, resource: str, namespace: str | None) -> bool:
+def can(
+    api: client.ApiClient,
+    verb: str,
+    group: str,
+    resource: str,
+    namespace: str | None,
+    name: str | None = None,
+) -> bool:
     subresource = ""
     if "/" in resource:
         resource, subresource = resource.split("/", 1)
@@ -234,6 +241,7 @@ def can(api: client.ApiClient, verb: str, group: str, resource: str, namespace: 
                 subresource=subresource or None,
                 verb=verb,
                 namespace=namespace,
+                name=name,
             )
         )
     )
@@ -241,12 +249,13 @@ def can(api: client.ApiClient, verb: str, group: str, resource: str, namespace: 
     return bool(result.status and result.status.allowed)
 
 
-def _each_permission(rules: list[rbac.Rule]) -> Iterator[tuple[str, str, str]]:
+def _each_permission(rules: list[rbac.Rule]) -> Iterator[tuple[str, str, str, str | None]]:
     for rule in rules:
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 for verb in rule["verbs"]:
-                    yield verb, group, resource
+                    for name in rule.get("resourceNames") or [None]:
+                        yield verb, group, resource, name
 
 
 def raw(body: dict[str, Any]) -> Any:
@@ -267,10 +276,10 @@ def _status(call: Callable[[], Any]) -> int:
 
 def test_operator_token_has_exactly_its_permissions(install: Install) -> None:
     operator = token_client(service_account_token(install, install.operator_sa))
-    for verb, group, resource in _each_permission(rbac.OPERATOR_CLUSTER_RULES):
-        assert can(operator, verb, group, resource, None), (verb, group, resource)
-    for verb, group, resource in _each_permission(rbac.OPERATOR_NAMESPACE_RULES):
-        assert can(operator, verb, group, resource, install.namespace), (verb, group, resource)
+    for verb, group, resource, name in _each_permission(rbac.OPERATOR_CLUSTER_RULES):
+        assert can(operator, verb, group, resource, None, name), (verb, group, resource)
+    for verb, group, resource, name in _each_permission(rbac.OPERATOR_NAMESPACE_RULES):
+        assert can(operator, verb, group, resource, install.namespace, name), (verb, resource)
     for verb, group, resource, namespace in [
         ("get", "", "secrets", install.namespace),
         ("list", "", "secrets", None),
@@ -297,7 +306,9 @@ def test_operator_token_makes_its_real_calls(install: Install) -> None:
     core.create_namespaced_config_map(
         ns, raw({"metadata": {"name": "wcow-runtime-plan"}, "data": {}})
     )
-    core.patch_namespaced_config_map("wcow-runtime-plan", ns, {"data": {"plan.json": "{}"}})
+    plan = core.read_namespaced_config_map("wcow-runtime-plan", ns)
+    plan.data = {"plan.json": "{}"}
+    core.replace_namespaced_config_map("wcow-runtime-plan", ns, plan)
     client.CoordinationV1Api(operator).create_namespaced_lease(
         ns,
         raw({"metadata": {"name": f"{install.release}-lease"}, "spec": {"holderIdentity": "e2e"}}),
@@ -418,10 +429,10 @@ def _label(key: str, value: str | None) -> dict[str, Any]:
 
 def test_agent_reads_the_plan_and_nothing_secret(install: Install) -> None:
     agent = impersonating(install.agent_user)
-    for verb, group, resource in _each_permission(rbac.AGENT_CLUSTER_RULES):
-        assert can(agent, verb, group, resource, None), (verb, group, resource)
-    for verb, group, resource in _each_permission(rbac.AGENT_NAMESPACE_RULES):
-        assert can(agent, verb, group, resource, install.namespace), (verb, group, resource)
+    for verb, group, resource, name in _each_permission(rbac.AGENT_CLUSTER_RULES):
+        assert can(agent, verb, group, resource, None, name), (verb, group, resource)
+    for verb, group, resource, name in _each_permission(rbac.AGENT_NAMESPACE_RULES):
+        assert can(agent, verb, group, resource, install.namespace, name), (verb, resource)
     core = client.CoreV1Api(agent)
     core.list_namespaced_config_map(install.namespace)
     assert _status(lambda: core.list_namespaced_secret(install.namespace)) == 403

@@ -52,7 +52,7 @@ pytest.importorskip(
 from tests.smoke.kube_apiserver import ApiServer, running_apiserver, write_kubeconfig
 
 NAMESPACE = "wcow-system"
-EVENT_NAMESPACE = "default"
+EVENT_NAMESPACE = NAMESPACE  # the operator posts events in its own namespace
 NAME = "smoke-hv"
 TIMEOUT = 45.0  # per wait; the whole test normally takes a few seconds
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any, Literal, Protocol
 
 Scope = Literal["cluster", "namespace"]
-Permission = tuple[str, str, str, Scope]  # (apiGroup, resource, verb, where it is granted)
+# (apiGroup, resource, verb, where it is granted, the object name when RBAC restricts by name)
+Permission = tuple[str, str, str, Scope, str | None]
 
 
 class ApiError(Exception):

@@ -32,7 +32,6 @@ from wcow_operator.reconcile.model import (
 from wcow_operator.render.plan import PLAN_CONFIGMAP, PLAN_KEY
 
 log = logging.getLogger(__name__)
-EVENT_NAMESPACE = "default"  # events about cluster-scoped objects live there
 CONDITION_TYPES = ("Valid", "Planned", "RuntimeClassReady", "NodesReady", "Ready")
 
 
@@ -183,7 +182,9 @@ class Controller:
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{note.profile}.", "namespace": EVENT_NAMESPACE},
+            # Events about cluster-scoped profiles go to the operator's namespace, the only one
+            # it may write events to; `kubectl describe wrp` finds them in any namespace.
+            "metadata": {"generateName": f"{note.profile}.", "namespace": self.settings.namespace},
             "involvedObject": {
                 "apiVersion": API_VERSION,
                 "kind": KIND,
@@ -201,7 +202,7 @@ class Controller:
             "count": 1,
         }
         try:
-            self.api.create_event(EVENT_NAMESPACE, body)
+            self.api.create_event(self.settings.namespace, body)
         except ApiError as error:  # events are best effort
             log.warning("could not post event %s for %s: %s", note.reason, note.profile, error)
 

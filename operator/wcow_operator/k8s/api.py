@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from wcow_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from wcow_operator.controller.api import ApiError, ClusterApi, Permission
+from wcow_operator.render.plan import PLAN_CONFIGMAP
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ class KubernetesApi(ClusterApi):
 
     # -- reads ---------------------------------------------------------------------------
 
-    @uses((GROUP, PLURAL, "list", "cluster"))
+    @uses((GROUP, PLURAL, "list", "cluster", None))
     def list_profiles(self) -> list[dict[str, Any]]:
         body = self._json(
             "list",
@@ -115,7 +116,7 @@ class KubernetesApi(ClusterApi):
         )
         return list(body.get("items", []))
 
-    @uses(("node.k8s.io", "runtimeclasses", "list", "cluster"))
+    @uses(("node.k8s.io", "runtimeclasses", "list", "cluster", None))
     def list_runtime_classes(self) -> list[dict[str, Any]]:
         body = self._json(
             "list",
@@ -129,7 +130,7 @@ class KubernetesApi(ClusterApi):
             for item in body.get("items", [])
         ]
 
-    @uses(("", "configmaps", "get", "namespace"))
+    @uses(("", "configmaps", "get", "namespace", PLAN_CONFIGMAP))
     def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             body: dict[str, Any] = self._json(
@@ -145,7 +146,7 @@ class KubernetesApi(ClusterApi):
             raise
         return body
 
-    @uses(("", "nodes", "list", "cluster"))
+    @uses(("", "nodes", "list", "cluster", None))
     def list_windows_nodes(self) -> list[dict[str, Any]]:
         body = self._json(
             "list",
@@ -160,7 +161,7 @@ class KubernetesApi(ClusterApi):
 
     # -- writes --------------------------------------------------------------------------
 
-    @uses(("node.k8s.io", "runtimeclasses", "create", "cluster"))
+    @uses(("node.k8s.io", "runtimeclasses", "create", "cluster", None))
     def create_runtime_class(self, body: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self._json(
             "create",
@@ -174,7 +175,7 @@ class KubernetesApi(ClusterApi):
         )
         return result
 
-    @uses(("node.k8s.io", "runtimeclasses", "update", "cluster"))
+    @uses(("node.k8s.io", "runtimeclasses", "update", "cluster", None))
     def replace_runtime_class(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self._json(
             "update",
@@ -189,7 +190,7 @@ class KubernetesApi(ClusterApi):
         )
         return result
 
-    @uses(("node.k8s.io", "runtimeclasses", "delete", "cluster"))
+    @uses(("node.k8s.io", "runtimeclasses", "delete", "cluster", None))
     def delete_runtime_class(self, name: str, uid: str) -> None:
         options = {"preconditions": {"uid": uid}}
         try:
@@ -204,7 +205,7 @@ class KubernetesApi(ClusterApi):
             if error.status != 404:  # already gone: what we wanted
                 raise
 
-    @uses(("", "configmaps", "create", "namespace"))
+    @uses(("", "configmaps", "create", "namespace", None))
     def create_config_map(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self._json(
             "create",
@@ -219,7 +220,7 @@ class KubernetesApi(ClusterApi):
         )
         return result
 
-    @uses(("", "configmaps", "update", "namespace"))
+    @uses(("", "configmaps", "update", "namespace", PLAN_CONFIGMAP))
     def replace_config_map(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self._json(
             "update",
@@ -235,7 +236,7 @@ class KubernetesApi(ClusterApi):
         )
         return result
 
-    @uses((GROUP, PLURAL, "patch", "cluster"))
+    @uses((GROUP, PLURAL, "patch", "cluster", None))
     def patch_profile(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self._json(
             "patch",
@@ -253,7 +254,7 @@ class KubernetesApi(ClusterApi):
         )
         return result
 
-    @uses((GROUP, f"{PLURAL}/status", "patch", "cluster"))
+    @uses((GROUP, f"{PLURAL}/status", "patch", "cluster", None))
     def patch_profile_status(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self._json(
             "patch",
@@ -271,7 +272,7 @@ class KubernetesApi(ClusterApi):
         )
         return result
 
-    @uses(("", "events", "create", "cluster"))
+    @uses(("", "events", "create", "namespace", None))
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
         self._call(
             "create",
