@@ -67,11 +67,12 @@ unit: install containerd
 
 test: lint types imports unit
 
-# Regenerate the checked-in CRD and the README's field reference from the model (tests fail
-# when either drifts).
+# Regenerate everything derived from the code: the CRD, the README's field reference, the
+# chart's CRD and RBAC files and the kustomize base (tests fail when any of them drifts).
 crds: install
 	$(BIN)/wcow crd > crds/runtime.wcow.dev_windowsruntimeprofiles.yaml
 	$(BIN)/python -c "import re,pathlib,subprocess; p=pathlib.Path('README.md'); ref=subprocess.run(['$(BIN)/wcow','crd','--reference'],capture_output=True,text=True,check=True).stdout; s=p.read_text(); a='<!-- crd-reference:start -->\n'; b='<!-- crd-reference:end -->'; p.write_text(s[:s.index(a)+len(a)]+ref+s[s.index(b):])"
+	$(BIN)/python deploy/generate.py
 
 clean:
 	rm -rf $(VENV) $(TOOLS) out .mypy_cache .ruff_cache .pytest_cache
