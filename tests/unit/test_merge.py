@@ -44,7 +44,7 @@ def without(text: str, handlers: set[str]) -> dict[str, Any]:
     """The parsed file with these handlers taken out, to compare everything else."""
     document = tomllib.loads(text)
     node: Any = document
-    for name in RUNTIMES_PATH[document["version"]]:
+    for name in RUNTIMES_PATH[document.get("version", 2)]:
         node = node.setdefault(name, {})
     for handler in handlers:
         node.pop(handler, None)
@@ -54,26 +54,31 @@ def without(text: str, handlers: set[str]) -> dict[str, Any]:
 @pytest.mark.parametrize("config", EDITABLE, ids=lambda p: p.name)
 def test_apply_rerun_and_remove(config: Path, desired: dict[str, dict[str, Any]]) -> None:
     original = config.read_text(encoding="utf-8")
-    applied = merge_config(original, desired, {})
+    # A file without `version` takes the node's containerd schema (here 1.x: 2).
+    applied = merge_config(original, desired, {}, fallback_version=2)
     assert applied.added[:2] == ["hv", "proc"]
     assert runtimes_of(applied.text)["hv"] == desired["hv"]
     assert runtimes_of(applied.text)["proc"] == desired["proc"]
     # Every byte of the user's file is still there, in order (we only insert).
     assert _is_subsequence(original.splitlines(), applied.text.splitlines())
-    # Nothing else changed in meaning either.
-    assert without(applied.text, set(applied.owned)) == without(original, set())
+    # Nothing else changed in meaning either (but a `version` line for a file without).
+    outside = without(applied.text, set(applied.owned))
+    if "version" not in tomllib.loads(original):
+        assert outside.pop("version") == 2
+    assert outside == without(original, set())
 
-    rerun = merge_config(applied.text, desired, applied.owned)
+    rerun = merge_config(applied.text, desired, applied.owned, fallback_version=2)
     assert rerun.text == applied.text
     assert (rerun.added, rerun.updated, rerun.removed) == ([], [], [])
 
-    removed = merge_config(applied.text, {}, applied.owned, pristine=original)
+    removed = merge_config(applied.text, {}, applied.owned, pristine=original, fallback_version=2)
     assert removed.text == original
     assert removed.owned == {}
     # Without the pristine copy the result still means the same as the original.
-    assert tomllib.loads(merge_config(applied.text, {}, applied.owned).text) == tomllib.loads(
-        original
-    )
+    unmarked = tomllib.loads(merge_config(applied.text, {}, applied.owned).text)
+    if "version" not in tomllib.loads(original):
+        unmarked.pop("version")
+    assert unmarked == tomllib.loads(original)
 
 
 def _is_subsequence(small: list[str], big: list[str]) -> bool:
