@@ -5,7 +5,10 @@ Rules (see shared/reference/prior-art.md for what broke other installers):
   caller keeps (handler -> hash of the table written) or, if that was lost, the marker
   comment on the table's header. A table of the same name that is neither is a conflict and
   is left alone.
-- Everything else in the file keeps its bytes: tomlkit round-trips comments and order.
+- Everything else in the file keeps its bytes. The decisions are made on the parsed data
+  (``tomllib``); the edit cuts and splices whole tables in the text (``tomltext``) and is
+  checked by parsing the result, falling back to a tomlkit round-trip when the file is laid
+  out in a way the line editor cannot be sure about.
 - The table path follows the file's schema version (2: containerd 1.x, 3 and 4: 2.x).
   Version 1 is refused.
 - containerd 1.x drops its built-in runtimes when the file has a ``runtimes`` table, so a
@@ -18,6 +21,8 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import re
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +31,7 @@ import tomlkit
 from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import Table
 
+from wcow_agent import tomltext
 from wcow_operator.render.containerd import RUNTIMES_PATH
 
 MARKER = "managed by wcow-agent: edit the WindowsRuntimeProfile, not this table"
@@ -184,8 +190,10 @@ def _finish(merged: str, version_line: str, pristine: str | None, version: int, 
     original file when the agent owns nothing any more."""
     if owns:
         return merged
-    if version_line and merged.startswith(version_line):
-        merged = merged[len(version_line) :]
+    for ending in ("\r\n", "\n"):
+        if version_line and merged.startswith(version_line + ending):
+            merged = merged[len(version_line + ending) :]
+            break
     if pristine is not None and _restores(merged, pristine, version):
         return pristine
     return merged
@@ -196,11 +204,12 @@ def _restores(merged: str, pristine: str, version: int) -> bool:
     merge added to a file that had none."""
     if _blank_lines_only(merged, pristine):
         return True
-    added = f"version = {version}\n"
+    added = f"version = {version}"
+    first, _, rest = merged.partition("\n")
     return (
-        merged.startswith(added)
+        first.rstrip("\r") == added
         and not pristine.startswith(added)
-        and _blank_lines_only(merged[len(added) :], pristine)
+        and _blank_lines_only(rest, pristine)
     )
 
 
@@ -215,6 +224,127 @@ def _default_runtime_name(document: Mapping[str, Any], version: int) -> str:
         containerd = containerd.get(name, {}) if isinstance(containerd, dict) else {}
     default = containerd.get("default_runtime_name") if isinstance(containerd, dict) else None
     return default if isinstance(default, str) and default else DEFAULT_RUNTIME
+
+
+def _marked(text: str, path: tuple[str, ...]) -> set[str]:
+    """Handlers whose table header carries the agent's marker (only those lines are read:
+    a rerun with nothing to do stays cheap)."""
+    marked = set()
+    position = text.find(MARKER)
+    while position >= 0:
+        start = text.rfind("\n", 0, position) + 1
+        end = text.find("\n", position)
+        found = tomltext.scan_headers([text[start : end if end >= 0 else len(text)]]).headers
+        if found and len(found[0].path) > len(path) and found[0].path[: len(path)] == path:
+            marked.add(found[0].path[len(path)])
+        position = text.find(MARKER, position + len(MARKER))
+    return marked
+
+
+@dataclass
+class _Decision:
+    """What to do to the runtimes map, decided on data alone."""
+
+    version: int
+    path: tuple[str, ...]
+    remove: list[str] = field(default_factory=list)
+    put: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # add or replace
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    conflicts: dict[str, str] = field(default_factory=dict)
+    owned: dict[str, str] = field(default_factory=dict)
+
+
+def _runtimes_data(data: Mapping[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:
+    node: Any = data
+    for name in path:
+        if not isinstance(node, dict) or name not in node:
+            return None
+        node = node[name]
+        if not isinstance(node, dict):
+            raise ConfigError(f"config.toml: {'.'.join(path)} is not a table ({name!r})")
+    table: dict[str, Any] = node
+    return table
+
+
+def _decide(
+    data: Mapping[str, Any],
+    version: int,
+    marked: set[str],
+    *,
+    desired: Mapping[str, Mapping[str, Any]],
+    owned: Mapping[str, str],
+    builtin_runtimes: Mapping[str, Mapping[str, Any]],
+) -> _Decision:
+    path = RUNTIMES_PATH[version]
+    runtimes = _runtimes_data(data, path) or {}
+    decision = _Decision(version, path)
+
+    def ours(handler: str) -> bool:
+        return handler in owned or handler in marked
+
+    # Remove handlers the agent owns that the plan no longer has (seeded ones last).
+    for handler in sorted(runtimes):
+        if handler not in desired and ours(handler):
+            if handler in builtin_runtimes and owned.get(handler) == "seeded":
+                continue
+            decision.remove.append(handler)
+    for handler in sorted(desired):
+        table = dict(desired[handler])
+        existing = runtimes.get(handler)
+        if existing is None:
+            decision.put[handler] = table
+            decision.added.append(handler)
+        elif ours(handler) or existing == table:
+            if existing != table or handler not in marked:
+                decision.put[handler] = table
+                decision.updated.append(handler)
+        else:
+            decision.conflicts[handler] = (
+                f"config.toml already has a runtime {handler!r} that wcow-agent did not "
+                "write; it is left alone (rename the profile's handler, or remove that table)"
+            )
+            continue
+        decision.owned[handler] = table_hash(table)
+    if version == 2:
+        _keep_default_runtime(data, runtimes, owned, builtin_runtimes, decision)
+    return decision
+
+
+def _keep_default_runtime(
+    data: Mapping[str, Any],
+    runtimes: Mapping[str, Any],
+    owned: Mapping[str, str],
+    builtin_runtimes: Mapping[str, Mapping[str, Any]],
+    decision: _Decision,
+) -> None:
+    """containerd 1.x: a file with runtimes must define the default runtime itself."""
+    seeded = sorted(h for h, mark in owned.items() if mark == "seeded" and h in runtimes)
+    if seeded:
+        for handler in seeded:
+            if decision.owned:
+                decision.owned[handler] = "seeded"
+            else:  # the last handler is gone: so goes what was seeded for it
+                decision.remove.append(handler)
+        return
+    if not decision.owned:
+        return
+    if runtimes:
+        after = (set(runtimes) - set(decision.remove)) | set(decision.put)
+        default = _default_runtime_name(data, 2)
+        if default not in after:
+            raise ConfigError(
+                f"config.toml (version 2) defines runtimes but not its default runtime "
+                f"{default!r}; containerd 1.x would not start with it. Add that runtime "
+                "or fix default_runtime_name first"
+            )
+        return
+    # The file had no runtimes, so containerd used its built-ins; ours would replace them.
+    for handler in sorted(builtin_runtimes):
+        if handler not in decision.put:
+            decision.put[handler] = builtin_runtimes[handler]
+            decision.owned[handler] = "seeded"
+            decision.added.append(handler)
 
 
 def merge_config(
@@ -238,109 +368,248 @@ def merge_config(
     ``version`` and no plugin tables (it gains a ``version`` line with the first table).
     """
     try:
-        document = tomlkit.parse(text)
-    except TOMLKitError as error:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"config.toml is not valid TOML: {error}") from None
-    version = config_version(document, fallback_version)
-    version_line = "" if "version" in document else f"version = {version}\n"
-    if version_line:
-        document = tomlkit.parse(version_line + text)
+    version = config_version(data, fallback_version)
     path = RUNTIMES_PATH[version]
-    runtimes = _runtimes(document, path, create=False)
-    had_runtimes = runtimes is not None and len(runtimes) > 0
-    result = MergeResult(text="", version=version)
-    now_owned: dict[str, str] = {}
-
-    def ours(handler: str, table: Any) -> bool:
-        return handler in owned or _is_marked(table)
-
-    # Remove handlers the agent owns that the plan no longer has (seeded ones last).
-    if runtimes is not None:
-        for handler in sorted(set(runtimes)):
-            if handler not in desired and ours(handler, runtimes[handler]):
-                if handler in builtin_runtimes and owned.get(handler) == "seeded":
-                    continue
-                del runtimes[handler]
-                result.removed.append(handler)
-
-    for handler in sorted(desired):
-        table = dict(desired[handler])
-        existing = runtimes.get(handler) if runtimes is not None else None
-        if existing is None:
-            runtimes = _runtimes(document, path, create=True)
-            _put(runtimes, handler, table)
-            result.added.append(handler)
-        elif ours(handler, existing) or _plain(existing) == table:
-            if _plain(existing) != table or not _is_marked(existing):
-                _put(runtimes, handler, table)
-                result.updated.append(handler)
+    decision = _decide(
+        data,
+        version,
+        _marked(text, path),
+        desired=desired,
+        owned=owned,
+        builtin_runtimes=builtin_runtimes,
+    )
+    version_line = "" if "version" in data else f"version = {version}"
+    merged = text
+    if decision.remove or decision.put:
+        edit = _LineEdit(text, tomltext.scan_headers(text.splitlines(keepends=True)), decision)
+        spliced = edit.splice(version_line)
+        if spliced is not None and edit.verified(spliced, data, version_line):
+            merged = spliced
         else:
-            result.conflicts[handler] = (
-                f"config.toml already has a runtime {handler!r} that wcow-agent did not "
-                "write; it is left alone (rename the profile's handler, or remove that table)"
-            )
-            continue
-        now_owned[handler] = table_hash(table)
-
-    if version == 2:
-        _keep_default_runtime(
-            document,
-            runtimes,
-            owned=owned,
-            now_owned=now_owned,
-            builtin_runtimes=builtin_runtimes,
-            had_runtimes=had_runtimes,
-            result=result,
-        )
-    _prune_empty(document, path)
-    merged = _finish(tomlkit.dumps(document), version_line, pristine, version, bool(now_owned))
+            merged = _edit_tomlkit(text, decision, version_line)
+            if not _means(merged, data, decision, version_line):
+                raise ConfigError(
+                    "config.toml defines runtimes in a layout wcow-agent cannot edit safely "
+                    "(dotted keys or inline tables under the runtimes map); write those "
+                    "runtimes as [table] sections, then retry"
+                )
     return MergeResult(
-        text=merged,
+        text=_finish(merged, version_line, pristine, version, bool(decision.owned)),
         version=version,
-        added=result.added,
-        updated=result.updated,
-        removed=result.removed,
-        conflicts=result.conflicts,
-        owned=now_owned,
+        added=decision.added,
+        updated=decision.updated,
+        removed=decision.remove,
+        conflicts=decision.conflicts,
+        owned=decision.owned,
     )
 
 
-def _keep_default_runtime(
-    document: tomlkit.TOMLDocument,
-    runtimes: Any,
-    *,
-    owned: Mapping[str, str],
-    now_owned: dict[str, str],
-    builtin_runtimes: Mapping[str, Mapping[str, Any]],
-    had_runtimes: bool,
-    result: MergeResult,
-) -> None:
-    """containerd 1.x: a file with runtimes must define the default runtime itself."""
-    if runtimes is None:
-        return
-    seeded = sorted(h for h, mark in owned.items() if mark == "seeded" and h in runtimes)
-    if seeded:
-        for handler in seeded:
-            if now_owned:
-                now_owned[handler] = "seeded"
-            else:  # the last handler is gone: so goes what was seeded for it
-                del runtimes[handler]
-                result.removed.append(handler)
-        return
-    if not now_owned:
-        return
-    if had_runtimes:
-        default = _default_runtime_name(document, 2)
-        if default not in runtimes:
-            raise ConfigError(
-                f"config.toml (version 2) defines runtimes but not its default runtime "
-                f"{default!r}; containerd 1.x would not start with it. Add that runtime "
-                "or fix default_runtime_name first"
-            )
-        return
-    # The file had no runtimes, so containerd used its built-ins; ours would replace them.
-    for handler in sorted(builtin_runtimes):
-        if handler not in runtimes:
-            _put(runtimes, handler, builtin_runtimes[handler])
-            now_owned[handler] = "seeded"
-            result.added.append(handler)
+class _LineEdit:
+    """The edit as line surgery: whole tables cut at header boundaries, ours rendered from
+    data and spliced in.
+
+    When the scanner vouches for the file (no multi-line strings, no inline tables, every
+    header it found is a table of the parsed file, no ``[`` line it did not understand),
+    that is correct by construction and only our rendered tables are parsed back;
+    otherwise the whole result is parsed and compared with what was meant."""
+
+    def __init__(self, text: str, scan: tomltext.Scan, decision: _Decision) -> None:
+        self.lines = text.splitlines(keepends=True)
+        self.scan = scan
+        self.decision = decision
+        self.newline = tomltext.newline_of(text)
+        path, depth = decision.path, len(decision.path)
+        self.blocks: dict[str, list[tuple[int, int]]] = {}
+        spelling: str | None = None
+        for position, header in enumerate(scan.headers):
+            if len(header.path) > depth and header.path[:depth] == path and not header.array:
+                end = tomltext.block_end(self.lines, scan.headers, position)
+                self.blocks.setdefault(header.path[depth], []).append((header.line, end))
+                spelling = spelling or _spelling(self.lines[header.line], depth)
+        self.prefix = spelling or tomltext.format_key(path)
+
+    def render(self, handler: str) -> list[str]:
+        table = self.decision.put[handler]
+        return tomltext.render_table(self.prefix, handler, table, MARKER, self.newline)
+
+    def splice(self, version_line: str) -> str | None:
+        """The new text; None when a table to change is not laid out as headers (dotted
+        keys, inline tables): not ours to cut."""
+        lines, decision = self.lines, self.decision
+        touched = set(decision.remove) | set(decision.updated)
+        if any(h not in self.blocks for h in touched):
+            return None
+        deleted: set[int] = set()
+        replace_at: dict[int, list[str]] = {}
+        for handler in sorted(touched):
+            ranges = _coalesce(lines, self.blocks[handler])
+            for start, end in ranges:
+                deleted.update(range(start, end))
+            if handler in decision.put:
+                replace_at[ranges[0][0]] = self.render(handler)
+                continue
+            for start, _ in ranges:  # and the blank line the agent put before it
+                if start > 0 and not lines[start - 1].strip() and start - 1 not in deleted:
+                    deleted.add(start - 1)
+        additions = [line for h in decision.added for line in [self.newline, *self.render(h)]]
+        insert_at = _insertion_point(
+            lines, self.scan.headers, decision.path, self.blocks, set(decision.remove)
+        )
+        out = [version_line + self.newline] if version_line and decision.owned else []
+        for index, line in enumerate(lines):
+            if index == insert_at:
+                out += additions
+                additions = []
+            out += replace_at.get(index, [])
+            if index not in deleted:
+                out.append(line)
+        if additions:
+            if out and not out[-1].endswith("\n"):
+                out[-1] += self.newline
+            out += additions
+        return "".join(out)
+
+    def verified(self, merged: str, data: Mapping[str, Any], version_line: str) -> bool:
+        decision, path = self.decision, self.decision.path
+        if not self.scan.unsure and all(
+            _is_table(data, h.path, h.array) for h in self.scan.headers
+        ):
+            rendered = "".join(line for handler in decision.put for line in self.render(handler))
+            parsed = _runtimes_data(tomllib.loads(rendered), path) or {}
+            return parsed == {h: dict(t) for h, t in decision.put.items()}
+        return _means(merged, data, decision, version_line)
+
+
+def _means(merged: str, data: Mapping[str, Any], decision: _Decision, version_line: str) -> bool:
+    """Whether ``merged`` parses to the original data with exactly the decided changes."""
+    try:
+        result = tomllib.loads(merged)
+    except tomllib.TOMLDecodeError:
+        return False
+    return _normalized(result, decision.path) == _expected(data, decision, version_line)
+
+
+def _is_table(data: Mapping[str, Any], path: tuple[str, ...], array: bool) -> bool:
+    node: Any = data
+    for name in path:
+        if isinstance(node, list) and node:
+            node = node[-1]
+        if not isinstance(node, dict) or name not in node:
+            return False
+        node = node[name]
+    return isinstance(node, list) if array else isinstance(node, dict)
+
+
+def _coalesce(lines: list[str], ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """A table and its sub-tables as one range when only blank lines separate them."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if merged and all(not lines[i].strip() for i in range(merged[-1][1], start)):
+            merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _spelling(header_line: str, depth: int) -> str | None:
+    """How the file spells the runtimes path in its headers (quotes, no spaces), so our
+    tables look like their neighbours."""
+    match = tomltext._HEADER.match(header_line.rstrip("\r\n"))
+    if match is None:
+        return None
+    key = match.group(2).strip()
+    parts = tomltext.parse_key(key)
+    if parts is None:
+        return None
+    # Re-split the spelled key at the same dots the parser used.
+    spelled: list[str] = []
+    rest = key
+    for part in parts[:depth]:
+        rest = rest.lstrip(" \t")
+        token = re.match(r'"[^"]*"|\'[^\']*\'|[A-Za-z0-9_-]+', rest)
+        if token is None or tomltext.parse_key(token.group(0)) != (part,):
+            return None
+        spelled.append(token.group(0))
+        rest = rest[token.end() :].lstrip(" \t").removeprefix(".")
+    return ".".join(spelled)
+
+
+def _insertion_point(
+    lines: list[str],
+    headers: list[tomltext.Header],
+    path: tuple[str, ...],
+    blocks: Mapping[str, list[tuple[int, int]]],
+    removed: set[str],
+) -> int:
+    """After the last table under the runtimes map (then under its closest ancestor),
+    before any comments that introduce the next table; the end of the file otherwise."""
+    depth = len(path)
+    kept = [end for h, ranges in blocks.items() if h not in removed for _, end in ranges]
+    if kept:
+        return max(kept)
+    for size in range(depth, 0, -1):
+        ends = [
+            tomltext.block_end(lines, headers, position)
+            for position, header in enumerate(headers)
+            if header.path[:size] == path[:size]
+            and not (len(header.path) > depth and header.path[depth] in removed)
+        ]
+        if ends:
+            return max(ends)
+    return len(lines)
+
+
+def _normalized(data: Mapping[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+    """``data`` without empty tables along the runtimes path (an implicit table vanishes
+    from the text with the last table under it). Copies only along the path."""
+    result = dict(data)
+    node = result
+    chain: list[tuple[dict[str, Any], str]] = []
+    for name in path:
+        child = node.get(name)
+        if not isinstance(child, dict):
+            break
+        node[name] = dict(child)
+        chain.append((node, name))
+        node = node[name]
+    for parent, name in reversed(chain):
+        if parent[name] == {}:
+            del parent[name]
+        else:
+            break
+    return result
+
+
+def _expected(data: Mapping[str, Any], decision: _Decision, version_line: str) -> dict[str, Any]:
+    result = dict(data)
+    if version_line and decision.owned:
+        result["version"] = decision.version
+    node = result
+    for name in decision.path:
+        child = node.get(name)
+        node[name] = dict(child) if isinstance(child, dict) else {}
+        node = node[name]
+    for handler in decision.remove:
+        node.pop(handler, None)
+    for handler, table in decision.put.items():
+        node[handler] = dict(table)
+    return _normalized(result, decision.path)
+
+
+def _edit_tomlkit(text: str, decision: _Decision, version_line: str) -> str:
+    """The same edit through a tomlkit round-trip (slow, but takes any layout)."""
+    try:
+        document = tomlkit.parse((version_line + "\n" if version_line else "") + text)
+    except TOMLKitError as error:
+        raise ConfigError(f"config.toml is not valid TOML: {error}") from None
+    runtimes = _runtimes(document, decision.path, create=False)
+    for handler in decision.remove:
+        del runtimes[handler]
+    for handler, table in decision.put.items():
+        runtimes = _runtimes(document, decision.path, create=True)
+        _put(runtimes, handler, table)
+    _prune_empty(document, decision.path)
+    return tomlkit.dumps(document)
