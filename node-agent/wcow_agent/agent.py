@@ -130,8 +130,13 @@ def build_status(
 ) -> AgentStatus | None:
     """The Node's ``runtime.wcow.dev/agent-status``. Transition times change only when a
     handler's state changes; ``updatedAt`` only when anything else does. None when the
-    cycle learnt nothing about the host (keep the old annotation)."""
-    if report.facts is None:
+    host is unknown (never read, and no earlier status to fall back on)."""
+    facts = report.facts
+    if facts is None and previous is not None:  # the host could not be read this time
+        facts = HostFacts(
+            previous.host_build, previous.hyperv_available, previous.containerd_version
+        )
+    if facts is None:
         return None
     old = previous.handlers if previous is not None else {}
     handlers: dict[str, HandlerStatus] = {}
@@ -158,10 +163,12 @@ def build_status(
                 ),
             )
     status = AgentStatus(
-        host_build=report.facts.build,
-        hyperv_available=report.facts.hyperv_available,
-        containerd_version=report.facts.containerd_version,
-        config_version=report.config_version,
+        host_build=facts.build,
+        hyperv_available=facts.hyperv_available,
+        containerd_version=facts.containerd_version,
+        config_version=report.config_version
+        if report.config_version is not None
+        else (previous.config_version if previous else None),
         applied_plan_hash=report.plan_hash
         if report.handlers is not None
         else (previous.applied_plan_hash if previous else None),

@@ -92,7 +92,14 @@ def test_without_a_plan_the_previous_handlers_stay() -> None:
     assert first is not None
     assert kept.handlers == first.handlers
     assert kept.applied_plan_hash == "sha256:p1"
-    assert build_status(CycleReport(), first, "T3") is None
+    # The host could not be read: the last known facts stand; never read: no status.
+    assert build_status(CycleReport(), first, "T3") == first
+    assert build_status(CycleReport(), None, "T3") is None
+    failed = CycleReport(handlers={"hv": HandlerOutcome("Failed", "HostFactsUnavailable")})
+    after = build_status(failed, first, "T4")
+    assert after is not None
+    assert after.host_build == "10.0.20348"
+    assert after.handlers["hv"].state == "Failed"
 
 
 def test_unreadable_status_annotation_is_treated_as_absent() -> None:
