@@ -333,6 +333,8 @@ class NodeAgent:
             state.restart_pending = False
             state.owned = dict(result.owned)
             save_state(paths.state, state)
+            if not result.owned:  # nothing of ours left: the next first change records anew
+                paths.pristine.unlink(missing_ok=True)
             report.result = "applied"
             return True, ""
         # Put the old file back (from memory: it is also the backup on disk).

@@ -362,8 +362,8 @@ def merge_config(
     the containerd 1.x defaults to seed into a version-2 file that gains its first runtime
     (from ``containerd config dump`` on the node, or the known defaults of its version).
     ``pristine`` is the file as it was before the agent first wrote it: when the agent
-    owns nothing any more and the file differs from it only in blank lines (tomlkit adds
-    separators around tables it inserts), that original is returned byte for byte.
+    owns nothing any more and the file differs from it only in blank lines (the blank
+    separators around inserted tables), that original is returned byte for byte.
     ``fallback_version`` is the schema of the node's containerd, for a file that has no
     ``version`` and no plugin tables (it gains a ``version`` line with the first table).
     """

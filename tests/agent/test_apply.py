@@ -113,6 +113,7 @@ def test_handlers_that_leave_the_plan_are_removed_in_one_restart(node: FakeNode)
     # The last handler going restores the file byte for byte.
     agent.reconcile(make_plan())
     assert node.config.read_text() == DEFAULT_17
+    assert not (node.root / "config.toml.wcow-original").exists()
 
 
 def test_ineligible_handlers_are_reported_and_never_written(tmp_path: Any) -> None:
