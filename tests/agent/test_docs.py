@@ -1,0 +1,67 @@
+"""docs/agent.md and examples/ stay true to the agent: every flag and metric documented,
+the example status is what the agent writes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from wcow_agent.agent import status_json
+from wcow_agent.cli import build_parser
+from wcow_agent.metrics import Metrics
+from wcow_operator.api.agent_status import AgentStatus
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = (ROOT / "docs" / "agent.md").read_text(encoding="utf-8")
+
+
+def _subcommand(name: str) -> argparse.ArgumentParser:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    chosen: argparse.ArgumentParser = action.choices[name]
+    return chosen
+
+
+@pytest.mark.parametrize("command", ["run", "uninstall", "canary", "merge"])
+def test_every_flag_is_documented(command: str) -> None:
+    flags = [
+        option
+        for action in _subcommand(command)._actions
+        for option in action.option_strings
+        if option.startswith("--") and option != "--help"
+    ]
+    missing = [flag for flag in flags if f"`{flag}" not in DOC and f"{flag} " not in DOC]
+    assert not missing, f"docs/agent.md does not mention {missing}"
+
+
+def test_run_defaults_others_rely_on_are_documented() -> None:
+    run = _subcommand("run")
+    defaults = {a.dest: a.default for a in run._actions}
+    assert (defaults["metrics_port"], defaults["health_port"], defaults["resync_seconds"]) == (
+        9551,
+        9552,
+        300.0,
+    )
+    for text in ("`NODE_NAME`", "`WCOW_PLAN_NAMESPACE`", "`wcow-system`", "`9551`", "`9552`"):
+        assert text in DOC
+
+
+def test_every_metric_is_documented() -> None:
+    metrics = Metrics()
+    names = {
+        metric.name + ("_total" if metric.type == "counter" else "")
+        for metric in metrics.registry.collect()
+    }
+    assert names
+    missing = sorted(name for name in names if f"`{name}`" not in DOC)
+    assert not missing, f"docs/agent.md does not list {missing}"
+
+
+def test_the_example_status_is_what_the_agent_writes() -> None:
+    text = (ROOT / "examples" / "agent-status.json").read_text(encoding="utf-8")
+    status = AgentStatus.model_validate_json(text)
+    assert json.loads(status_json(status)) == json.loads(text)
+    assert {h.state for h in status.handlers.values()} >= {"Ready", "Failed", "NotEligible"}
