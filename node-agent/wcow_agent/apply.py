@@ -114,6 +114,27 @@ class NodeAgent:
         """Bring config.toml and containerd in line with ``plan`` (None: no plan known,
         change nothing but finish an interrupted restart), then prove what changed."""
         report = CycleReport(plan_hash=plan.get("hash") if plan else None)
+        try:
+            return self._reconcile(report, plan, force_canary)
+        except OSError as error:
+            # A file the agent could not write (held open by another process, disk full):
+            # the state on disk is consistent at every step, so the next cycle retries.
+            message = f"{getattr(error, 'filename', None) or self.paths.config}: {error}"
+            report.result = "failed"
+            report.event("FileError", message, warning=True)
+            if plan is not None:
+                outcomes = report.handlers if report.handlers is not None else {}
+                for handler, entry in plan["handlers"].items():
+                    if outcomes.get(handler) is None or outcomes[handler].state == "Ready":
+                        outcomes[handler] = HandlerOutcome(
+                            "Failed", "FileError", message, entry.get("generation")
+                        )
+                report.handlers = outcomes
+            return report
+
+    def _reconcile(
+        self, report: CycleReport, plan: Mapping[str, Any] | None, force_canary: bool
+    ) -> CycleReport:
         cycle = self._begin(report, plan)
         if cycle is None or plan is None:
             return report
@@ -155,6 +176,7 @@ class NodeAgent:
         if state.loaded is None and not state.restart_pending:
             # First contact: containerd runs what is on disk (or its defaults: no file).
             state.loaded = NO_FILE if created else disk_hash
+            save_state(self.paths.state, state)
         elif (
             disk_hash is not None
             and disk_hash not in (state.written, state.loaded)
@@ -165,6 +187,7 @@ class NodeAgent:
                 f"{config} was rewritten by something else; checking the agent's tables",
             )
             state.loaded = disk_hash
+            save_state(self.paths.state, state)
         cycle = _Cycle(report, facts, state, original, created, disk_hash)
         if restart_reason(state, disk_hash):
             # Finish what a killed predecessor began before changing anything else.

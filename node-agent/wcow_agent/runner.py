@@ -274,7 +274,14 @@ class AgentLoop:
                 self.wake.clear()
                 due = True
             if due:
-                report = self.cycle()
+                try:
+                    report = self.cycle()
+                except Exception as error:  # a bug must not take the node's agent down
+                    log.exception("reconcile failed unexpectedly")
+                    self.metrics.applies.labels("error").inc()
+                    self.health.idle(ready=False, error=f"reconcile failed: {error}")
+                    next_cycle = self.clock() + self.options.retry_seconds
+                    continue
                 self._config_fingerprint = self.config_fingerprint()
                 retry = report.requeue or report.result in ("failed", "rolled_back")
                 delay = self.options.retry_seconds if retry else self.options.resync_seconds

@@ -474,3 +474,36 @@ def test_state_records_what_containerd_loaded(node: FakeNode) -> None:
     assert state.written == state.loaded
     assert not state.restart_pending
     assert set(state.canaried) == {"hv"}
+
+
+def test_a_file_the_agent_cannot_replace_fails_the_cycle_not_the_agent(
+    node: FakeNode, monkeypatch: Any
+) -> None:
+    import os
+    import types
+
+    from wcow_agent import files
+
+    def locked(source: Any, target: Any) -> None:
+        if Path(target).name == "config.toml":
+            raise PermissionError(13, "The process cannot access the file", str(target))
+        os.replace(source, target)
+
+    proxy = types.SimpleNamespace(**{n: getattr(os, n) for n in dir(os) if not n.startswith("__")})
+    proxy.replace = locked
+    monkeypatch.setattr(files, "os", proxy)
+    original = node.config.read_bytes()
+
+    report = node.agent().reconcile(make_plan(hyperv()))
+
+    assert report.result == "failed"
+    outcome = (report.handlers or {})["hv"]
+    assert (outcome.state, outcome.reason) == ("Failed", "FileError")
+    assert "cannot access the file" in outcome.message
+    assert node.config.read_bytes() == original
+    assert node.restarts == []
+
+    monkeypatch.undo()
+    again = node.agent().reconcile(make_plan(hyperv()))
+    assert (again.handlers or {})["hv"].state == "Ready"
+    assert again.restarts == ["apply"]

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -340,3 +341,30 @@ def test_liveness_fails_only_past_a_steps_own_bound() -> None:
     health.idle(ready=True)
     assert health.liveness() == (True, "ok")
     assert health.readiness() == (True, "ok")
+
+
+def test_an_unexpected_error_in_a_cycle_does_not_stop_the_agent(
+    node: FakeNode, cluster: FakeCluster
+) -> None:
+    cluster.set_plan(make_plan(hyperv()))
+    loop = make_loop(node, cluster, retry_seconds=0.01, drift_check_seconds=0.01)
+    real = loop.agent.reconcile
+    calls: list[int] = []
+
+    def flaky(plan: Any, force_canary: bool = False) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug")
+        return real(plan, force_canary)
+
+    loop.agent.reconcile = flaky  # type: ignore[method-assign]
+    thread = threading.Thread(target=loop.run)
+    thread.start()
+    try:
+        wait_for(lambda: cluster.labels.get("runtime.wcow.dev/hv") == "ready")
+    finally:
+        loop.stop.set()
+        loop.wake.set()
+        thread.join(timeout=20)
+    assert sample(loop, "wcow_agent_applies_total", result="error") == 1
+    assert not thread.is_alive()
