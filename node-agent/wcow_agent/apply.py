@@ -254,6 +254,13 @@ class NodeAgent:
         if new_hash in state.rejected:
             report.result = "rejected"
             return dict.fromkeys(touched, ("ConfigRejectedBefore", state.rejected[new_hash]))
+        unreachable = self._cri_unreachable()
+        if unreachable:
+            # Judging a restart needs CRI: without it a healthy containerd would be restarted
+            # and rolled back on every cycle (crictl missing, a wrong --cri-endpoint).
+            report.result = "refused"
+            report.event("CriUnreachable", unreachable, warning=True)
+            return dict.fromkeys(touched, ("CriUnreachable", unreachable))
         problem = self._preflight(result, cycle.facts)
         if problem:
             state.rejected[new_hash] = problem
@@ -292,6 +299,23 @@ class NodeAgent:
         return report
 
     # -- writing and restarting ---------------------------------------------------------
+
+    def _cri_unreachable(self) -> str | None:
+        """Why containerd cannot be checked over CRI right now, before any change."""
+        try:
+            status = self.host.cri.status(10.0)
+        except HostError as error:
+            return (
+                f"containerd does not answer on CRI before any change ({error}); nothing was "
+                "written or restarted. Check that crictl is on PATH (--crictl) and the CRI "
+                "endpoint (--cri-endpoint)"
+            )
+        if not status.runtime_ready:
+            return (
+                "containerd reports RuntimeReady=false before any change "
+                f"({status.message or 'no reason given'}); nothing was written or restarted"
+            )
+        return None
 
     def _preflight(self, result: MergeResult, facts: HostFacts) -> str | None:
         """Ask the node's containerd to load the candidate (``config dump``) before it

@@ -507,3 +507,22 @@ def test_a_file_the_agent_cannot_replace_fails_the_cycle_not_the_agent(
     again = node.agent().reconcile(make_plan(hyperv()))
     assert (again.handlers or {})["hv"].state == "Ready"
     assert again.restarts == ["apply"]
+
+
+def test_without_cri_nothing_is_written_or_restarted(node: FakeNode) -> None:
+    """crictl missing or a wrong endpoint: the agent cannot judge a restart, so it makes
+    none (otherwise it would restart and roll back a healthy containerd every cycle)."""
+    original = node.config.read_bytes()
+    node.cri_up = False
+
+    for _ in range(3):
+        report = node.agent().reconcile(make_plan(hyperv()))
+        assert report.restarts == []
+        outcome = (report.handlers or {})["hv"]
+        assert (outcome.state, outcome.reason) == ("Failed", "CriUnreachable")
+        assert "crictl" in outcome.message
+
+    assert node.config.read_bytes() == original
+    assert node.restarts == []
+    node.cri_up = True
+    assert node.agent().reconcile(make_plan(hyperv())).restarts == ["apply"]
