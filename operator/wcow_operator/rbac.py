@@ -18,8 +18,8 @@ Rule = dict[str, Any]
 # Cluster-wide, for the operator: its profiles (finalizers; status), the RuntimeClasses it
 # owns, Windows Nodes it reads (agent reports, ready labels), and the CRDs kopf follows.
 OPERATOR_CLUSTER_RULES: Final[list[Rule]] = [
-    {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "list", "watch", "patch"]},
-    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch"]},
+    {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["list", "watch", "patch"]},
+    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["patch"]},
     # RuntimeClasses carry blockOwnerDeletion: clusters that enforce owner-reference
     # permissions (OwnerReferencesPermissionEnforcement) require update on finalizers.
     {"apiGroups": [GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},
@@ -29,6 +29,8 @@ OPERATOR_CLUSTER_RULES: Final[list[Rule]] = [
         "verbs": ["list", "watch", "create", "update", "delete"],
     },
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
+    # Events about cluster-scoped objects must be in "default"; create only.
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     {
         "apiGroups": ["apiextensions.k8s.io"],
         "resources": ["customresourcedefinitions"],
@@ -37,7 +39,7 @@ OPERATOR_CLUSTER_RULES: Final[list[Rule]] = [
 ]
 
 # In the operator's namespace only: the plan ConfigMap and the leader Lease (by name, except
-# create, which RBAC cannot restrict by name), and events about profiles.
+# create, which RBAC cannot restrict by name).
 OPERATOR_NAMESPACE_RULES: Final[list[Rule]] = [
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
     {
@@ -53,19 +55,24 @@ OPERATOR_NAMESPACE_RULES: Final[list[Rule]] = [
         "resourceNames": [OPERATOR_LEASE],
         "verbs": ["get", "update"],
     },
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 ]
 
 # Cluster-wide, for the node agent: its own Node (a ValidatingAdmissionPolicy narrows patch
 # to the agent's own Node and runtime.wcow.dev/* keys) and events.
 AGENT_CLUSTER_RULES: Final[list[Rule]] = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
-    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},  # Node events: "default"
 ]
 
-# In the operator's namespace: read the plan ConfigMap.
+# In the operator's namespace: read and watch the plan ConfigMap, by name (the agent's watch
+# selects it with fieldSelector metadata.name, which lets RBAC apply resourceNames).
 AGENT_NAMESPACE_RULES: Final[list[Rule]] = [
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "resourceNames": [PLAN_CONFIGMAP],
+        "verbs": ["get", "list", "watch"],
+    },
 ]
 
 

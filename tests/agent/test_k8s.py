@@ -84,7 +84,8 @@ def config_map(version: str, text: str | None) -> client.V1ConfigMap:
 def assert_rbac_allows(calls: list[tuple[str, str, str | None, dict[str, Any]]]) -> None:
     for verb, resource, namespace, _ in calls:
         rules = AGENT_NAMESPACE_RULES if resource == "configmaps" else AGENT_CLUSTER_RULES
-        assert allows(rules, "", resource, verb), f"RBAC does not allow {verb} {resource}"
+        name = "wcow-runtime-plan" if resource == "configmaps" else None
+        assert allows(rules, "", resource, verb, name), f"RBAC does not allow {verb} {resource}"
         if resource == "configmaps":
             assert namespace == "wcow-system", "configmaps only in the plan's namespace"
 

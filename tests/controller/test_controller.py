@@ -270,3 +270,30 @@ def test_a_failing_pass_is_reported_not_raised(
     monkeypatch.setattr(api, "list_profiles", explode)
     report = controller.run_pass()
     assert report.errors == ["reconcile failed: RuntimeError('boom')"]
+
+
+def test_a_runtime_class_the_server_refuses_is_reported_not_claimed(
+    api: FakeApi, controller: Controller
+) -> None:
+    api.apply_profile(profile_document("hv"))
+    api.fail("create_runtime_class", 422, times=10)
+    controller.run_pass()
+    ready = condition(api, "hv", "RuntimeClassReady")
+    assert ready["status"] == "False"
+    assert ready["reason"] == "RuntimeClassWriteFailed"
+    assert "create_runtime_class failed" in ready["message"]
+    assert condition(api, "hv", "Ready")["reason"] == "RuntimeClassWriteFailed"
+    assert "RuntimeClassCreated" not in reasons(api)  # no event for a write that failed
+    assert "runtimeClassName" not in api.profiles["hv"]["status"]
+
+    api.calls.clear()
+    controller.run_pass()  # still refused: one attempt, and nothing else written
+    assert api.writes() == ["create_runtime_class"]
+    assert all(e["involvedObject"]["name"] == "hv" for e in api.events)
+
+
+def test_events_about_profiles_are_posted_in_default(api: FakeApi, controller: Controller) -> None:
+    api.apply_profile(profile_document("hv"))
+    settle(controller)
+    assert api.events
+    assert {e["metadata"]["namespace"] for e in api.events} == {"default"}

@@ -376,3 +376,46 @@ def test_oversized_plan_without_a_previous_plan_fills_up_to_the_limit() -> None:
         n for n in outcome.statuses if condition(outcome, n, "Planned")["reason"] == "PlanTooLarge"
     ]
     assert len(waiting) + len(outcome.plan["handlers"]) == 10
+
+
+def test_orphaned_runtime_class_survives_profile_deletion() -> None:
+    """kubectl delete wrp --cascade=orphan: the garbage collector drops the owner reference
+    first; the RuntimeClass must then stay."""
+    state, _ = converge(observed(profile_body("hv")))
+    orphan = dict(state.runtime_classes["hv"])
+    orphan["metadata"] = {k: v for k, v in orphan["metadata"].items() if k != "ownerReferences"}
+    gone = profile_body("hv", deleting=True, status=state.profiles[0].status)
+    outcome = run(observed(gone, runtime_classes=[orphan], plan_config_map=state.plan_config_map))
+    assert ("delete-runtime-class", "hv") not in kinds(outcome)
+    assert ("remove-finalizer", "hv") in kinds(outcome)
+
+
+def test_restoring_a_runtime_class_keeps_finalizers_and_annotations_of_others() -> None:
+    state, _ = converge(observed(profile_body("hv")))
+    edited = dict(state.runtime_classes["hv"])
+    edited["metadata"] = {
+        **edited["metadata"],
+        "finalizers": ["example.com/keep"],
+        "annotations": {**edited["metadata"]["annotations"], "note": "x"},
+    }
+    edited["handler"] = "hv"
+    edited["scheduling"] = {"nodeSelector": {"kubernetes.io/os": "windows"}}
+    outcome = run(
+        observed(
+            *[p.body for p in state.profiles],
+            runtime_classes=[edited],
+            plan_config_map=state.plan_config_map,
+        )
+    )
+    body = next(w.body for w in outcome.writes if w.kind == "replace-runtime-class")
+    assert body["metadata"]["finalizers"] == ["example.com/keep"]
+    assert body["metadata"]["annotations"]["note"] == "x"
+    assert body["metadata"]["annotations"]["runtime.wcow.dev/profile"] == "hv"
+
+
+def test_long_profile_names_are_annotated_not_labelled() -> None:
+    name = "a" * 70 + ".example"
+    outcome = run(observed(profile_body(name, handler="long")))
+    rc = next(w.body for w in outcome.writes if w.kind == "create-runtime-class")
+    assert "runtime.wcow.dev/profile" not in rc["metadata"]["labels"]
+    assert rc["metadata"]["annotations"]["runtime.wcow.dev/profile"] == name

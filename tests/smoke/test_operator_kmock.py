@@ -52,7 +52,7 @@ pytest.importorskip(
 from tests.smoke.kube_apiserver import ApiServer, running_apiserver, write_kubeconfig
 
 NAMESPACE = "wcow-system"
-EVENT_NAMESPACE = NAMESPACE  # the operator posts events in its own namespace
+EVENT_NAMESPACE = "default"  # events about cluster-scoped objects must live there
 NAME = "smoke-hv"
 TIMEOUT = 45.0  # per wait; the whole test normally takes a few seconds
 

@@ -18,7 +18,12 @@ from wcow_operator.api.conditions import timestamp
 from wcow_operator.api.v1alpha1 import API_VERSION, KIND
 from wcow_operator.controller.api import ApiError, ClusterApi
 from wcow_operator.controller.metrics import Metrics
-from wcow_operator.reconcile.core import ReconcileSettings, reconcile
+from wcow_operator.reconcile.core import (
+    ReconcileSettings,
+    normalized_status,
+    reconcile,
+    runtime_class_failed,
+)
 from wcow_operator.reconcile.model import (
     FINALIZER,
     PHASES,
@@ -32,6 +37,8 @@ from wcow_operator.reconcile.model import (
 from wcow_operator.render.plan import PLAN_CONFIGMAP, PLAN_KEY
 
 log = logging.getLogger(__name__)
+EVENT_NAMESPACE = "default"
+RUNTIME_CLASS_WRITES = ("create-runtime-class", "replace-runtime-class", "recreate-runtime-class")
 CONDITION_TYPES = ("Valid", "Planned", "RuntimeClassReady", "NodesReady", "Ready")
 
 
@@ -104,22 +111,46 @@ class Controller:
 
     def _execute(self, outcome: Outcome, report: PassReport) -> None:
         plan_failed = False
+        done: set[tuple[str, str]] = set()
+        failed_rc: dict[str, Exception] = {}
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             for phase in PHASES:
                 batch = [w for w in outcome.writes if w.kind in phase]
                 if plan_failed:
                     batch = [w for w in batch if not w.after_plan]
+                if "patch-status" in phase:
+                    batch = self._with_failures(batch, failed_rc)
                 for write, failure in zip(batch, pool.map(self._try, batch), strict=True):
                     if failure is None:
                         report.writes += 1
                         report.plan_written |= write.kind == "write-plan"
+                        done.add((write.kind, write.target))
                         continue
                     report.errors.append(f"{write.kind} {write.target}: {failure}")
+                    if write.kind in RUNTIME_CLASS_WRITES:
+                        failed_rc[write.target] = failure
                     if write.kind == "write-plan":
                         plan_failed = True
                         outcome.events.extend(_blocked_cleanups(outcome, failure))
             for note in outcome.events:
-                self._post_event(note)
+                if note.after is None or note.after in done:
+                    self._post_event(note)
+
+    def _with_failures(self, batch: list[Write], failed_rc: dict[str, Exception]) -> list[Write]:
+        """Status patches that tell the truth when this pass's RuntimeClass write failed; a
+        patch that would change nothing is dropped (a persistent failure writes nothing)."""
+        adjusted = []
+        for write in batch:
+            failure = failed_rc.get(write.target)
+            if failure is None:
+                adjusted.append(write)
+                continue
+            status = runtime_class_failed(write.body["status"], failure, self.clock())
+            if normalized_status((write.observed or {}).get("status") or {}) != status:
+                adjusted.append(
+                    Write(write.kind, write.target, {"status": status}, observed=write.observed)
+                )
+        return adjusted
 
     def _try(self, write: Write) -> Exception | None:
         try:
@@ -182,9 +213,9 @@ class Controller:
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            # Events about cluster-scoped profiles go to the operator's namespace, the only one
-            # it may write events to; `kubectl describe wrp` finds them in any namespace.
-            "metadata": {"generateName": f"{note.profile}.", "namespace": self.settings.namespace},
+            # The API server requires events about cluster-scoped objects to live in
+            # "default" (as client-go's recorder and kopf post them).
+            "metadata": {"generateName": f"{note.profile}.", "namespace": EVENT_NAMESPACE},
             "involvedObject": {
                 "apiVersion": API_VERSION,
                 "kind": KIND,
@@ -202,7 +233,7 @@ class Controller:
             "count": 1,
         }
         try:
-            self.api.create_event(self.settings.namespace, body)
+            self.api.create_event(EVENT_NAMESPACE, body)
         except ApiError as error:  # events are best effort
             log.warning("could not post event %s for %s: %s", note.reason, note.profile, error)
 

@@ -272,9 +272,9 @@ class KubernetesApi(ClusterApi):
         )
         return result
 
-    @uses(("", "events", "create", "namespace", None))
+    @uses(("", "events", "create", "cluster", None))
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
-        self._call(
+        self._json(  # reads the answer, so the connection goes back to the pool
             "create",
             "events",
             lambda: self._core.create_namespaced_event(

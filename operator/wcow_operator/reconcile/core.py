@@ -48,8 +48,9 @@ from wcow_operator.render.plan import (
     plan_entry,
 )
 from wcow_operator.render.runtimeclass import (
+    MANAGED_BY,
+    PROFILE_ANNOTATION,
     PROFILE_LABEL,
-    common_labels,
     render_runtime_class,
 )
 from wcow_operator.render.serialize import canonical_json
@@ -123,9 +124,15 @@ def owned_by(runtime_class: Mapping[str, Any], profile: ObservedProfile) -> bool
     if controllers:
         return any(r.get("uid") == profile.uid for r in controllers)
     labels = metadata.get("labels") or {}
-    return labels.get(PROFILE_LABEL) == profile.name and labels.get(
-        "app.kubernetes.io/managed-by"
-    ) == common_labels(profile.name).get("app.kubernetes.io/managed-by")
+    named = (metadata.get("annotations") or {}).get(PROFILE_ANNOTATION) or labels.get(PROFILE_LABEL)
+    return named == profile.name and labels.get("app.kubernetes.io/managed-by") == MANAGED_BY
+
+
+def controlled_by(runtime_class: Mapping[str, Any], profile: ObservedProfile) -> bool:
+    """Strictly ours: a controller reference to this profile. A RuntimeClass whose reference
+    the garbage collector removed (``kubectl delete --cascade=orphan``) is left alone."""
+    references = runtime_class.get("metadata", {}).get("ownerReferences") or []
+    return any(r.get("controller") and r.get("uid") == profile.uid for r in references)
 
 
 def _merged_runtime_class(
@@ -139,8 +146,12 @@ def _merged_runtime_class(
     merged: dict[str, Any] = json.loads(json.dumps(desired))
     merged_meta = merged["metadata"]
     merged_meta["labels"] = {**(metadata.get("labels") or {}), **merged_meta["labels"]}
-    if metadata.get("annotations"):
-        merged_meta["annotations"] = dict(metadata["annotations"])
+    merged_meta["annotations"] = {
+        **(metadata.get("annotations") or {}),
+        **merged_meta.get("annotations", {}),
+    }
+    if metadata.get("finalizers"):
+        merged_meta["finalizers"] = list(metadata["finalizers"])
     ours = merged_meta.get("ownerReferences", [])
     others = [
         r
@@ -184,6 +195,7 @@ def _runtime_class_writes(
                 "Normal",
                 "RuntimeClassCreated",
                 f"created RuntimeClass {profile.name} (handler {desired['handler']})",
+                after=("create-runtime-class", profile.name),
             )
         )
         return [Write("create-runtime-class", profile.name, desired)]
@@ -207,6 +219,7 @@ def _runtime_class_writes(
                 f"handler changed from {observed_rc.get('handler')} to {desired['handler']}: "
                 "the RuntimeClass was deleted and created again (handler is immutable); running "
                 "pods keep their handler, new pods get the new one",
+                after=("recreate-runtime-class", profile.name),
             )
         )
         fresh = json.loads(json.dumps(merged))
@@ -217,14 +230,33 @@ def _runtime_class_writes(
         reason, verb = (
             ("RuntimeClassRestored", "restored") if drift else ("RuntimeClassUpdated", "updated")
         )
-        events.append(_event(profile, "Normal", reason, f"{verb} RuntimeClass {profile.name}"))
+        events.append(
+            _event(
+                profile,
+                "Normal",
+                reason,
+                f"{verb} RuntimeClass {profile.name}",
+                after=("replace-runtime-class", profile.name),
+            )
+        )
         return [Write("replace-runtime-class", profile.name, merged, observed=observed_rc)]
     return []
 
 
-def _event(profile: ObservedProfile, type_: str, reason: str, message: str) -> EventNote:
+def _event(
+    profile: ObservedProfile,
+    type_: str,
+    reason: str,
+    message: str,
+    after: tuple[str, str] | None = None,
+) -> EventNote:
     return EventNote(
-        profile.name, profile.uid, "Warning" if type_ == "Warning" else "Normal", reason, message
+        profile.name,
+        profile.uid,
+        "Warning" if type_ == "Warning" else "Normal",
+        reason,
+        message,
+        after,
     )
 
 
@@ -370,6 +402,32 @@ def _status(state: _Profile, nodes: NodeSummary, now: datetime) -> dict[str, Any
     return status.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
+def runtime_class_failed(
+    status: Mapping[str, Any], error: Exception, now: datetime
+) -> dict[str, Any]:
+    """``status`` with RuntimeClassReady (and Ready) False because writing the RuntimeClass
+    failed with ``error``."""
+    model = WindowsRuntimeProfileStatus.model_validate(status)
+    message = f"writing the RuntimeClass failed: {error}"[:1024]
+    conditions = model.conditions
+    for type_ in (RUNTIME_CLASS_READY, READY):
+        conditions = set_condition(
+            conditions,
+            type_,
+            status="False",
+            reason="RuntimeClassWriteFailed",
+            message=message,
+            observed_generation=model.observed_generation,
+            now=now,
+        )
+    updated = model.model_copy(update={"conditions": conditions, "runtime_class_name": None})
+    return updated.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def normalized_status(status: Mapping[str, Any]) -> dict[str, Any]:
+    return _normalized(status)
+
+
 def _normalized(status: Mapping[str, Any]) -> dict[str, Any]:
     try:
         model = WindowsRuntimeProfileStatus.model_validate(status)
@@ -438,7 +496,7 @@ def _deletion_writes(observed: Observed) -> list[Write]:
         if not profile.deleting or FINALIZER not in profile.finalizers:
             continue
         observed_rc = observed.runtime_classes.get(profile.name)
-        if observed_rc is not None and owned_by(observed_rc, profile):
+        if observed_rc is not None and controlled_by(observed_rc, profile):
             writes.append(
                 Write("delete-runtime-class", profile.name, observed=observed_rc, after_plan=True)
             )

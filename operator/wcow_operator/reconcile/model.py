@@ -109,6 +109,8 @@ class EventNote:
     type: Literal["Normal", "Warning"]
     reason: str
     message: str
+    # Posted only if this write (kind, target) succeeded in the pass; None: always.
+    after: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)

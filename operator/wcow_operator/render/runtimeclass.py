@@ -25,12 +25,15 @@ def ready_label(handler: str) -> str:
     return f"{READY_LABEL_PREFIX}{handler}"
 
 
+PROFILE_ANNOTATION = PROFILE_LABEL
+LABEL_VALUE_MAX = 63
+
+
 def common_labels(profile_name: str) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/managed-by": MANAGED_BY,
-        "app.kubernetes.io/part-of": PART_OF,
-        PROFILE_LABEL: profile_name,
-    }
+    labels = {"app.kubernetes.io/managed-by": MANAGED_BY, "app.kubernetes.io/part-of": PART_OF}
+    if len(profile_name) <= LABEL_VALUE_MAX:  # names may be 253 long; label values 63
+        labels[PROFILE_LABEL] = profile_name
+    return labels
 
 
 def node_selector(profile: Profile) -> dict[str, str]:
@@ -60,7 +63,11 @@ def owner_reference(profile: Profile) -> dict[str, Any] | None:
 
 
 def render_runtime_class(profile: Profile) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": profile.name, "labels": common_labels(profile.name)}
+    metadata: dict[str, Any] = {
+        "name": profile.name,
+        "labels": common_labels(profile.name),
+        "annotations": {PROFILE_ANNOTATION: profile.name},
+    }
     owner = owner_reference(profile)
     if owner is not None:
         metadata["ownerReferences"] = [owner]
