@@ -49,25 +49,36 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def installed_crd(api_client: client.ApiClient) -> Iterator[None]:
-    """The CRD from crds/, created (and removed afterwards) or updated in place."""
+    """The CRD from crds/, created (and removed afterwards, waiting until it is gone) or
+    updated in place. A CRD still terminating from an earlier run is waited out first."""
     extensions = client.ApiextensionsV1Api(api_client)
     body = yaml.safe_load(CRD_FILE.read_text(encoding="utf-8"))
     name = body["metadata"]["name"]
-    created = False
-    try:
-        current = extensions.read_custom_resource_definition(name)
-    except ApiException as error:
-        if error.status != 404:
+
+    def current() -> Any:
+        try:
+            return extensions.read_custom_resource_definition(name)
+        except ApiException as error:
+            if error.status == 404:
+                return None
             raise
+
+    wait_for(
+        f"CRD {name} to finish terminating",
+        lambda: (crd := current()) is None or crd.metadata.deletion_timestamp is None,
+        timeout=120,
+    )
+    existing = current()
+    created = existing is None
+    if created:
         extensions.create_custom_resource_definition(body)
-        created = True
     else:
-        body["metadata"]["resourceVersion"] = current.metadata.resource_version
+        body["metadata"]["resourceVersion"] = existing.metadata.resource_version
         extensions.replace_custom_resource_definition(name, body)
 
     def established() -> bool:
-        crd = extensions.read_custom_resource_definition(name)
-        return any(
+        crd = current()
+        return crd is not None and any(
             c.type == "Established" and c.status == "True" for c in crd.status.conditions or []
         )
 
@@ -77,6 +88,39 @@ def installed_crd(api_client: client.ApiClient) -> Iterator[None]:
     finally:
         if created:
             extensions.delete_custom_resource_definition(name)
+            wait_for(f"CRD {name} to be deleted", lambda: current() is None, timeout=120)
+
+
+@contextlib.contextmanager
+def profiles_cleaned_up(api_client: client.ApiClient, names: list[str]) -> Iterator[None]:
+    """Whatever happens in the block, delete these profiles while the operator still runs;
+    if they do not go within a minute, strip the finalizer so nothing is left stuck."""
+    custom = client.CustomObjectsApi(api_client)
+    try:
+        yield
+    finally:
+        for name in names:
+            with contextlib.suppress(ApiException):
+                custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        deadline = time.monotonic() + 60
+        for name in names:
+            while time.monotonic() < deadline and _exists(custom, name):
+                time.sleep(0.5)
+            if _exists(custom, name):
+                with contextlib.suppress(ApiException):
+                    custom.patch_cluster_custom_object(
+                        GROUP, VERSION, PLURAL, name, {"metadata": {"finalizers": None}}
+                    )
+
+
+def _exists(custom: client.CustomObjectsApi, name: str) -> bool:
+    try:
+        custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return True
 
 
 @contextlib.contextmanager

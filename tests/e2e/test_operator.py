@@ -23,6 +23,7 @@ from tests.e2e.operator_harness import (
     metric,
     namespace,
     profile,
+    profiles_cleaned_up,
     read_plan,
     running_operator,
     wait_for,
@@ -98,6 +99,7 @@ def test_operator_lifecycle(kube: client.ApiClient, prefix: str, round_: int) ->
         installed_crd(kube),
         namespace(kube, prefix) as ns,
         running_operator(ns, "--resync-seconds", "5") as operator,
+        profiles_cleaned_up(kube, list(names.values())),
     ):
         # No leftovers from an earlier run: nothing of ours but what we create now.
         leftovers = [
