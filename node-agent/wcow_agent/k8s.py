@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -38,6 +39,31 @@ def _plan_object(config_map: Any, deleted: bool = False) -> PlanObject:
     )
 
 
+SERVICE_ACCOUNT = Path("var/run/secrets/kubernetes.io/serviceaccount")
+
+
+def load_credentials(environ: Mapping[str, str]) -> None:
+    """The service account token where the pod sees it. HostProcess containers on
+    containerd 1.6 find their volumes only under CONTAINER_SANDBOX_MOUNT_POINT, not at
+    /var/run/secrets (1.7+ has both), so look there when the usual path is missing."""
+    try:
+        kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except kubernetes.config.ConfigException:
+        pass
+    else:
+        return
+    mount = environ.get("CONTAINER_SANDBOX_MOUNT_POINT")
+    account = Path(mount) / SERVICE_ACCOUNT if mount else None
+    if account is not None and (account / "token").exists():
+        kubernetes.config.incluster_config.InClusterConfigLoader(  # type: ignore[no-untyped-call]
+            token_filename=str(account / "token"),
+            cert_filename=str(account / "ca.crt"),
+            environ=environ,
+        ).load_and_set()
+        return
+    kubernetes.config.load_kube_config(environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
+
+
 class KubernetesCluster:
     """``Cluster`` over a CoreV1Api; ``watch_factory`` makes ``kubernetes.watch.Watch``
     objects (replaced in tests)."""
@@ -53,12 +79,9 @@ class KubernetesCluster:
         self.component = component
 
     @classmethod
-    def from_environment(cls) -> KubernetesCluster:
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> KubernetesCluster:
         """In-cluster credentials (the DaemonSet's service account), or KUBECONFIG."""
-        try:
-            kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config(os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
+        load_credentials(os.environ if environ is None else environ)
         return cls(kubernetes.client.CoreV1Api())
 
     def get_plan(self, namespace: str) -> PlanObject:

@@ -202,3 +202,35 @@ def test_only_the_adapter_imports_kubernetes_and_only_api_and_render_of_the_oper
         assert all(n.startswith(("wcow_operator.api", "wcow_operator.render")) for n in operator), (
             f"{path.name} imports {operator}"
         )
+
+
+def test_containerd_1_6_hostprocess_token_is_found_under_the_sandbox_mount(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    """On containerd 1.6 a HostProcess pod sees its volumes only under
+    CONTAINER_SANDBOX_MOUNT_POINT; the agent must still find its service account."""
+    import kubernetes
+
+    from wcow_agent.k8s import SERVICE_ACCOUNT, load_credentials
+
+    account = tmp_path / SERVICE_ACCOUNT
+    account.mkdir(parents=True)
+    (account / "token").write_text("token-from-the-sandbox")
+    (account / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    monkeypatch.setattr(kubernetes.config, "load_incluster_config", _no_default_path)
+    environ = {
+        "CONTAINER_SANDBOX_MOUNT_POINT": str(tmp_path),
+        "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+        "KUBERNETES_SERVICE_PORT": "443",
+    }
+    load_credentials(environ)
+    configuration = kubernetes.client.Configuration.get_default_copy()
+    assert configuration.host == "https://10.0.0.1:443"
+    assert configuration.api_key["BearerToken"].endswith("token-from-the-sandbox")
+    assert configuration.ssl_ca_cert == str(account / "ca.crt")
+
+
+def _no_default_path() -> None:
+    import kubernetes
+
+    raise kubernetes.config.ConfigException("Service token file does not exist.")
