@@ -130,6 +130,7 @@ MATRIX: dict[str, dict[str, Any]] = {
             "tolerations": [{"operator": "Exists"}],
             "nodeSelector": {"node.kubernetes.io/windows-build": "10.0.20348"},
             "env": [{"name": "WCOW_LOG_LEVEL", "value": "DEBUG"}],
+            "extraArgs": ["--crictl=C:\\k\\crictl.exe", "--log-level=DEBUG"],
         }
     },
     "names-and-labels": {
@@ -350,6 +351,7 @@ def test_agent_is_a_hostprocess_system_daemonset_on_windows_nodes_only() -> None
     pod = daemonset["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {
         "kubernetes.io/os": "windows",
+        "kubernetes.io/arch": "amd64",  # the agent image carries amd64 Python
         "node.kubernetes.io/windows-build": "10.0.20348",
     }
     assert pod["hostNetwork"] is True
@@ -424,6 +426,8 @@ def test_agent_args_are_accepted_by_wcow_agent() -> None:
     _, container = _agent(MATRIX["agent-tuning"])
     args = parser.parse_args(container["args"])
     assert args.command == "run"
+    assert args.crictl == "C:\\k\\crictl.exe"  # agent.extraArgs reach the agent
+    assert args.log_level == "DEBUG"
 
 
 def test_operator_only_install_has_no_agent_objects() -> None:

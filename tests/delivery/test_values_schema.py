@@ -50,6 +50,8 @@ def test_misspelt_keys_are_rejected(chart: Any, values: dict[str, Any], where: s
         ({"agent": {"updateStrategy": {"maxUnavailable": "0%"}}}, "maxUnavailable"),
         ({"operator": {"image": {"digest": "latest"}}}, "digest"),
         ({"admissionPolicy": {"validationActions": ["Block"]}}, "validationActions"),
+        ({"admissionPolicy": {"validationActions": ["Deny", "Warn"]}}, "validationActions"),
+        ({"agent": {"extraArgs": ["run; rm -rf"]}}, "extraArgs"),
         ({"profiles": {"hyperv": {"builds": ["ltsc2023"]}}}, "builds"),
         ({"profiles": {"hyperv": {"vm": {"memoryMB": 2047}}}}, "memoryMB"),
         ({"metrics": {"serviceMonitor": {"interval": "30 seconds"}}}, "interval"),
