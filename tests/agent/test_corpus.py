@@ -8,8 +8,6 @@ original file back byte for byte. Merged version-2 files load in Debian's contai
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from hypothesis import strategies as st
 
 from tests.agent.conftest import hyperv, make_plan, process
 from tests.agent.fakes import CONFIGS, FakeContainerd, FakeNode
+from tests.containerd import CONTAINERD, config_dump, needs_containerd
 from wcow_agent.host.containerd import ContainerdCli
 from wcow_agent.host.interfaces import Host
 from wcow_agent.host.process import SubprocessRunner
@@ -32,7 +31,6 @@ PLAN = make_plan(
     hyperv(), process(), hyperv("hv-reserve", vm={"memoryMB": 4096, "fullyPhysicallyBacked": True})
 )
 DESIRED = {h: e["runtime"] for h, e in PLAN["handlers"].items()}
-CONTAINERD = shutil.which("containerd")
 
 
 def variants() -> list[tuple[str, str]]:
@@ -178,26 +176,6 @@ def test_any_handlers_round_trip_on_any_corpus_file(
         ).text
         == original
     )
-
-
-needs_containerd = pytest.mark.skipif(
-    CONTAINERD is None,
-    reason="containerd is not installed (Debian: apt-get install containerd; `make test` "
-    "installs it when it runs as root)",
-)
-
-
-def config_dump(path: Path) -> dict[str, Any]:
-    assert CONTAINERD is not None
-    result = subprocess.run(
-        [CONTAINERD, "--config", str(path), "config", "dump"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return tomllib.loads(result.stdout)
 
 
 @needs_containerd

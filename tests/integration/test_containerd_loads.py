@@ -4,36 +4,14 @@ version-2 fragment can be checked here."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import tomllib
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import SAMPLES
+from tests.containerd import config_dump, needs_containerd
 from wcow_operator.cli import load_profiles
 from wcow_operator.render.bundle import render_all
 
-CONTAINERD = shutil.which("containerd")
-pytestmark = pytest.mark.skipif(
-    CONTAINERD is None,
-    reason="containerd is not installed (make test installs Debian's package when it runs as "
-    "root with apt-get; otherwise: apt-get install containerd)",
-)
-
-
-def config_dump(config: Path) -> dict[str, object]:
-    assert CONTAINERD is not None
-    result = subprocess.run(
-        [CONTAINERD, "--config", str(config), "config", "dump"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return tomllib.loads(result.stdout)
+pytestmark = needs_containerd
 
 
 def test_rendered_v2_fragment_loads_with_every_handler_and_option(tmp_path: Path) -> None:

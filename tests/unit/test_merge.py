@@ -3,8 +3,6 @@ nothing, removal restores the file, conflicts are left alone, bad files are refu
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -12,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import MakeProfile
+from tests.containerd import config_dump, needs_containerd
 from wcow_agent.merge import (
     BUILTIN_RUNTIMES_1_6,
     MARKER,
@@ -161,7 +160,7 @@ def test_v2_file_without_its_default_runtime_is_refused(
         merge_config(broken, desired, {})
 
 
-@pytest.mark.skipif(shutil.which("containerd") is None, reason="containerd is not installed")
+@needs_containerd
 @pytest.mark.parametrize(
     "config", [p for p in EDITABLE if p.name.startswith("v2")], ids=lambda p: p.name
 )
@@ -170,15 +169,7 @@ def test_merged_v2_files_load_in_containerd_with_the_default_runtime(
 ) -> None:
     merged = tmp_path / "config.toml"
     merged.write_text(merge_config(config.read_text(), desired, {}).text)
-    dump = subprocess.run(
-        ["containerd", "--config", str(merged), "config", "dump"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert dump.returncode == 0, dump.stderr
-    cri = tomllib.loads(dump.stdout)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    cri = config_dump(merged)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
     # Debian's build defaults to runc; on Windows the file's name or runhcs-wcow-process.
     windows_default = (
         tomllib.loads(config.read_text())
