@@ -27,7 +27,7 @@ from wcow_agent.apply import NodeAgent, Timeouts, UninstallError
 from wcow_agent.canary import Canary, CanarySpec
 from wcow_agent.cluster import Cluster, ClusterError
 from wcow_agent.eligibility import Host as EligibilityHost
-from wcow_agent.eligibility import choose_handlers
+from wcow_agent.eligibility import classify_handlers
 from wcow_agent.files import FileLock, LockedError, read_config, write_atomically
 from wcow_agent.health import Health, HealthServer
 from wcow_agent.host.interfaces import Host, HostError
@@ -81,7 +81,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         host = EligibilityHost(parse_windows_build(args.host_build), hyperv_available=args.hyperv)
         plan = load_plan(Path(args.plan).read_text(encoding="utf-8"), args.plan)
         before = _read_existing(config)
-        eligible, refused = choose_handlers(plan["handlers"], host)
+        eligible, refused = classify_handlers(plan["handlers"], host)
         state, warning = load_state(state_file)
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
@@ -102,8 +102,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_FAILED
 
-    for handler, reason in refused.items():
-        print(f"not eligible: {handler}: {reason}", file=sys.stderr)
+    for handler, why in refused.items():
+        print(f"not eligible: {handler}: {why.message}", file=sys.stderr)
     for handler, reason in result.conflicts.items():
         print(f"conflict: {handler}: {reason}", file=sys.stderr)
     summary = ", ".join(

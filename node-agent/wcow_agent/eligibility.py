@@ -55,12 +55,6 @@ def refusal(entry: Mapping[str, Any], host: Host) -> Refusal | None:
     return None
 
 
-def ineligibility(entry: Mapping[str, Any], host: Host) -> str | None:
-    """Why ``host`` cannot run this plan entry (a sentence), or None when it can."""
-    found = refusal(entry, host)
-    return found.message if found else None
-
-
 def classify_handlers(
     handlers: Mapping[str, Mapping[str, Any]], host: Host
 ) -> tuple[dict[str, Mapping[str, Any]], dict[str, Refusal]]:
@@ -74,11 +68,3 @@ def classify_handlers(
         else:
             refused[handler] = found
     return eligible, refused
-
-
-def choose_handlers(
-    handlers: Mapping[str, Mapping[str, Any]], host: Host
-) -> tuple[dict[str, Mapping[str, Any]], dict[str, str]]:
-    """(eligible handler -> entry, ineligible handler -> reason)."""
-    eligible, refused = classify_handlers(handlers, host)
-    return eligible, {handler: found.message for handler, found in refused.items()}

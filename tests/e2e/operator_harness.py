@@ -133,6 +133,25 @@ def namespace(api_client: client.ApiClient, name: str) -> Iterator[str]:
         core.delete_namespace(name)
 
 
+def operator_command(ns: str, metrics: int, health: int, *extra: str) -> list[str]:
+    """``wcow-operator`` without leader election, on the given ports, logging as text."""
+    return [
+        sys.executable,
+        "-m",
+        "wcow_operator.main",
+        "--namespace",
+        ns,
+        "--no-leader-election",
+        "--metrics-port",
+        str(metrics),
+        "--health-port",
+        str(health),
+        "--log-format",
+        "text",
+        *extra,
+    ]
+
+
 @contextlib.contextmanager
 def running_operator(ns: str, *extra: str) -> Iterator[dict[str, Any]]:
     """``wcow-operator`` as a subprocess with the test's kubeconfig; ready when /readyz is."""
@@ -140,21 +159,7 @@ def running_operator(ns: str, *extra: str) -> Iterator[dict[str, Any]]:
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"wcow-operator-{ns}.log"
     with log.open("w") as output:
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "wcow_operator.main",
-                "--namespace",
-                ns,
-                "--no-leader-election",
-                "--metrics-port",
-                str(metrics),
-                "--health-port",
-                str(health),
-                "--log-format",
-                "text",
-                *extra,
-            ],
+            operator_command(ns, metrics, health, *extra),
             stdout=output,
             stderr=subprocess.STDOUT,
         )

@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -35,6 +34,7 @@ from tests.e2e.operator_harness import (
     VERSION,
     condition,
     free_port,
+    operator_command,
     profile,
     read_plan,
     wait_for,
@@ -100,20 +100,7 @@ def running_operator(kubeconfig: Path, log: Path) -> Iterator[Operator]:
     env.pop("POD_NAME", None)
     with log.open("w", encoding="utf-8") as output:
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "wcow_operator.main",
-                "--namespace",
-                NAMESPACE,
-                "--no-leader-election",
-                "--metrics-port",
-                str(metrics),
-                "--health-port",
-                str(health),
-                "--log-format",
-                "text",
-            ],
+            operator_command(NAMESPACE, metrics, health),
             env=env,
             stdout=output,
             stderr=subprocess.STDOUT,

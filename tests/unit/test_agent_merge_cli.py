@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import SAMPLES
 from wcow_agent.cli import main as agent_main
-from wcow_agent.eligibility import Host, choose_handlers
+from wcow_agent.eligibility import Host, classify_handlers
 from wcow_operator.api.windows_builds import WindowsBuild
 from wcow_operator.cli import main as wcow_main
 
@@ -20,6 +20,19 @@ CONFIG = (
     / "configs"
     / "v2-containerd-1.7-default.toml"
 )
+
+
+def merge_args(config: Path, plan: Path, *extra: str) -> list[str]:
+    return [
+        "merge",
+        "--config",
+        str(config),
+        "--plan",
+        str(plan),
+        "--host-build",
+        "10.0.20348",
+        *extra,
+    ]
 
 
 @pytest.fixture
@@ -35,15 +48,7 @@ def test_diff_then_write_then_remove(
     config = tmp_path / "config.toml"
     shutil.copy(CONFIG, config)
     original = config.read_bytes()
-    args = [
-        "merge",
-        "--config",
-        str(config),
-        "--plan",
-        str(plan_file),
-        "--host-build",
-        "10.0.20348",
-    ]
+    args = merge_args(config, plan_file)
 
     assert agent_main(args) == 0
     out, err = capsys.readouterr()
@@ -82,16 +87,7 @@ def test_utf16_config_from_powershell_is_rewritten_as_utf8(
 ) -> None:
     config = tmp_path / "config.toml"
     config.write_bytes(CONFIG.read_text().encode("utf-16"))
-    args = [
-        "merge",
-        "--config",
-        str(config),
-        "--plan",
-        str(plan_file),
-        "--host-build",
-        "10.0.20348",
-        "--write",
-    ]
+    args = merge_args(config, plan_file, "--write")
     assert agent_main(args) == 0
     config.read_bytes().decode("utf-8")  # raises if not UTF-8
 
@@ -100,16 +96,7 @@ def test_missing_config_is_never_created_with_only_our_tables(
     plan_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = tmp_path / "config.toml"
-    args = [
-        "merge",
-        "--config",
-        str(config),
-        "--plan",
-        str(plan_file),
-        "--host-build",
-        "10.0.20348",
-        "--write",
-    ]
+    args = merge_args(config, plan_file, "--write")
     assert agent_main(args) == 1
     assert "containerd config default" in capsys.readouterr().err
     assert not config.exists()
@@ -121,15 +108,7 @@ def test_tampered_plan_is_refused(
     plan_file.write_text(plan_file.read_text().replace("2048", "4096"))
     config = tmp_path / "config.toml"
     shutil.copy(CONFIG, config)
-    args = [
-        "merge",
-        "--config",
-        str(config),
-        "--plan",
-        str(plan_file),
-        "--host-build",
-        "10.0.20348",
-    ]
+    args = merge_args(config, plan_file)
     assert agent_main(args) == 1
     assert "hash does not match" in capsys.readouterr().err
 
@@ -141,9 +120,13 @@ def test_eligibility_by_host_build_and_hyperv() -> None:
         "p2022": {"isolation": "Process", "windowsBuild": "10.0.20348"},
         "any": {"isolation": "Process", "windowsBuild": None},
     }
-    eligible, refused = choose_handlers(handlers, Host(WindowsBuild(26100), hyperv_available=True))
+    eligible, refused = classify_handlers(
+        handlers, Host(WindowsBuild(26100), hyperv_available=True)
+    )
     assert sorted(eligible) == ["any", "hv2019", "hv2025", "p2022"]
-    eligible, refused = choose_handlers(handlers, Host(WindowsBuild(17763), hyperv_available=False))
+    eligible, refused = classify_handlers(
+        handlers, Host(WindowsBuild(17763), hyperv_available=False)
+    )
     assert sorted(eligible) == ["any"]
-    assert "Hyper-V is not available" in refused["hv2019"]
-    assert "cannot run build 10.0.20348" in refused["p2022"]
+    assert "Hyper-V is not available" in refused["hv2019"].message
+    assert "cannot run build 10.0.20348" in refused["p2022"].message

@@ -261,7 +261,8 @@ def _event(
 
 
 def _compact(plan: Mapping[str, Any]) -> int:
-    return len(plan_config_map(plan, "x")["data"][PLAN_KEY].encode("utf-8"))
+    """Bytes the plan takes in the ConfigMap (which stores its canonical JSON)."""
+    return len(canonical_json(plan))
 
 
 def _plan_entries(
