@@ -10,7 +10,8 @@ DEMO   := out/demo
 
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: demo test lint types imports unit install containerd crds clean
+.PHONY: demo test lint types imports unit install containerd crds clean \
+        control-plane e2e cluster-up cluster-down
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -61,11 +62,30 @@ imports: install
 	$(BIN)/lint-imports
 
 unit: install containerd
-	@$(BIN)/pytest; rc=$$?; \
+	@$(BIN)/pytest -m 'not e2e'; rc=$$?; \
 	  if [ $$rc = 5 ]; then echo "error: pytest collected no tests: the suite is broken"; fi; \
 	  exit $$rc
 
 test: lint types imports unit
+
+# The cluster tests: against the cluster KUBECONFIG points at, or else the local control
+# plane (kube-apiserver, kube-controller-manager, etcd built from tools/control-plane/go.mod
+# into .cache/control-plane/bin/ when missing; needs Go). No e2e test may skip here.
+control-plane:
+	@if [ -z "$$KUBECONFIG" ]; then tools/control-plane/build.sh; fi
+
+e2e: install control-plane
+	@WCOW_E2E_REQUIRED=1 $(BIN)/pytest -m e2e; rc=$$?; \
+	  if [ $$rc = 5 ]; then echo "error: pytest collected no e2e tests"; fi; \
+	  exit $$rc
+
+# A control plane for people: `make cluster-up`, then `export KUBECONFIG=...` as printed.
+cluster-up: install
+	@tools/control-plane/build.sh
+	@$(BIN)/python -m tests.control_plane up
+
+cluster-down: install
+	@$(BIN)/python -m tests.control_plane down
 
 # Regenerate everything derived from the code: the CRD, the README's field reference, the
 # chart's CRD and RBAC files and the kustomize base (tests fail when any of them drifts).

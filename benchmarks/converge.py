@@ -1,6 +1,9 @@
 """How fast the operator converges N profiles, against a floor measured in the same run.
 
-    KUBECONFIG=... .venv/bin/python benchmarks/converge.py [--profiles 500] [--quiet-seconds 60]
+    .venv/bin/python benchmarks/converge.py [--profiles 500] [--quiet-seconds 60]
+
+Runs against the cluster KUBECONFIG points at, or else starts the project's local control
+plane (built by `make control-plane`) for the duration.
 
 1. Starts `wcow-operator` (a subprocess, its own namespace), applies N profiles one by one
    (as `kubectl apply -f` of N objects would), and times until every RuntimeClass exists and
@@ -26,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests.control_plane import cluster_kubeconfig
 from tests.e2e.operator_harness import (
     GROUP,
     PLURAL,
@@ -71,7 +75,12 @@ def main() -> None:
     parser.add_argument("--quiet-seconds", type=float, default=60)
     parser.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args()
-    config.load_kube_config()
+    with cluster_kubeconfig() as kubeconfig:
+        run(args, kubeconfig)
+
+
+def run(args: argparse.Namespace, kubeconfig: Path) -> None:
+    config.load_kube_config(str(kubeconfig))
     kube = client.ApiClient()
     custom, node = client.CustomObjectsApi(kube), client.NodeV1Api(kube)
     prefix = f"bench-{uuid.uuid4().hex[:6]}"

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+import helm_python
 import pytest
 import yaml
-from deploy.generate import render_chart
+from deploy.generate import CHART, render_chart
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
@@ -43,6 +44,7 @@ from wcow_operator.api.v1alpha1 import READY_LABEL_PREFIX
 pytestmark = pytest.mark.e2e
 
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+CRD_NAME = f"{PLURAL}.{GROUP}"
 POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 # From the chart: identities, permissions, the guard; the workloads need images, not tested here.
 INSTALLED_KINDS = {
@@ -63,6 +65,7 @@ class Install:
     admin: client.ApiClient
     policy: bool
     objects: list[dict[str, Any]] = field(default_factory=list)
+    values: dict[str, Any] = field(default_factory=dict)
 
     @property
     def operator_sa(self) -> str:
@@ -104,19 +107,28 @@ def _wait_established(admin: client.ApiClient, name: str) -> None:
     wait_for("the CRD to be established", established)
 
 
+def _crd_exists(admin: client.ApiClient) -> bool:
+    try:
+        client.ApiextensionsV1Api(admin).read_custom_resource_definition(CRD_NAME)
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return True
+
+
 @pytest.fixture(scope="module")
-def install(kube: client.ApiClient) -> Iterator[Install]:
-    """The chart's CRD, ServiceAccounts, RBAC and admission policy, applied as the admin."""
+def install(kube: client.ApiClient, kubeconfig: Path) -> Iterator[Install]:
+    """`helm install` of the chart (real Helm, through its Go SDK) into a namespace of its
+    own, as the admin; `helm uninstall` afterwards. A CRD someone installed already stays
+    theirs: the release then leaves it out (crds.enabled=false) and never removes it."""
     release = f"e2e-{uuid.uuid4().hex[:6]}"
     setup = Install(release, release, kube, _server_supports_policy(kube))
-    values = {"admissionPolicy": {"enabled": setup.policy}}
-    rendered = [
-        doc
-        for docs in render_chart(values, release=release, namespace=release).values()
-        for doc in docs
-        if doc["kind"] in INSTALLED_KINDS
-    ]
-    dyn = dynamic.DynamicClient(kube)  # type: ignore[no-untyped-call]
+    own_crd = not _crd_exists(kube)
+    values = {
+        "admissionPolicy": {"enabled": setup.policy},
+        "crds": {"enabled": own_crd, "keep": False},
+    }
     core = client.CoreV1Api(kube)
     core.create_namespace(
         raw(
@@ -128,31 +140,22 @@ def install(kube: client.ApiClient) -> Iterator[Install]:
             }
         )
     )
-    created: list[dict[str, Any]] = []
+    helm = helm_python.Config(kubeconfig_path=kubeconfig, namespace=release)
     try:
-        for obj in rendered:
-            resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-            try:
-                resource.create(body=obj, namespace=obj["metadata"].get("namespace"))
-            except ApiException as error:
-                # A CRD someone installed already stays theirs: use it, never remove it.
-                if error.status == 409 and obj["kind"] == "CustomResourceDefinition":
-                    continue
-                raise
-            created.append(obj)
-            if obj["kind"] == "CustomResourceDefinition":
-                _wait_established(kube, obj["metadata"]["name"])
-        setup.objects = created
+        installed = helm.install(CHART, release, values, namespace=release, timeout=120)
+        setup.objects = [doc for doc in yaml.safe_load_all(installed["manifest"]) if doc]
+        setup.values = values
+        if own_crd:
+            _wait_established(kube, CRD_NAME)
         yield setup
     finally:
-        for obj in reversed(created):
-            resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-            with contextlib.suppress(ApiException):
-                resource.delete(
-                    name=obj["metadata"]["name"], namespace=obj["metadata"].get("namespace")
-                )
+        with contextlib.suppress(helm_python.HelmError):
+            helm.uninstall(release, ignore_not_found=True, timeout=120)
+        helm.close()
         with contextlib.suppress(ApiException):
             core.delete_namespace(release)
+        if own_crd:
+            wait_for("the release's CRD to be deleted", lambda: not _crd_exists(kube), 120)
 
 
 # ---- identities ----
@@ -434,7 +437,11 @@ def test_agent_reads_the_plan_and_nothing_secret(install: Install) -> None:
     for verb, group, resource, name in _each_permission(rbac.AGENT_NAMESPACE_RULES):
         assert can(agent, verb, group, resource, install.namespace, name), (verb, resource)
     core = client.CoreV1Api(agent)
-    core.list_namespaced_config_map(install.namespace)
+    # The plan by name only (RBAC resourceNames): the agent's own list/watch is filtered to it.
+    core.list_namespaced_config_map(
+        install.namespace, field_selector="metadata.name=wcow-runtime-plan"
+    )
+    assert _status(lambda: core.list_namespaced_config_map(install.namespace)) == 403
     assert _status(lambda: core.list_namespaced_secret(install.namespace)) == 403
     assert _status(core.list_secret_for_all_namespaces) == 403
     assert _status(lambda: core.read_namespaced_secret("anything", install.namespace)) == 403
@@ -584,10 +591,29 @@ def test_pod_bound_tokens_carry_the_node_the_policy_checks(
 
 
 def test_install_used_the_chart_objects(install: Install) -> None:
-    """What was applied is the chart's own rendering (not a hand-written copy)."""
-    kinds = {o["kind"] for o in install.objects}
+    """Helm installed exactly the chart's rendering, and every object is on the server as
+    rendered (the chart's RBAC is the RBAC-as-code of wcow_operator.rbac)."""
+    rendered = [
+        doc
+        for docs in render_chart(
+            install.values, release=install.release, namespace=install.namespace
+        ).values()
+        for doc in docs
+    ]
+
+    def key(doc: dict[str, Any]) -> tuple[str, str, str]:
+        return (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
+
+    assert sorted(map(key, install.objects)) == sorted(map(key, rendered))
     expected = INSTALLED_KINDS - (set() if install.policy else POLICY_KINDS)
-    assert kinds | {"CustomResourceDefinition"} == expected | {"CustomResourceDefinition"}
+    assert expected <= {o["kind"] for o in install.objects} | {"CustomResourceDefinition"}
+    dyn = dynamic.DynamicClient(install.admin)  # type: ignore[no-untyped-call]
+    for obj in install.objects:
+        resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        live = resource.get(
+            name=obj["metadata"]["name"], namespace=obj["metadata"].get("namespace")
+        )
+        assert live.metadata.labels["app.kubernetes.io/instance"] == install.release, key(obj)
     roles = {
         o["metadata"]["name"]: o["rules"] for o in install.objects if o["kind"] == "ClusterRole"
     }

@@ -226,3 +226,29 @@ def _settle(port: int) -> None:
         return steady
 
     wait_for("the operator to stop writing", still, timeout=90)
+
+
+def test_orphaned_runtime_class_is_garbage_collected(kube: client.ApiClient, prefix: str) -> None:
+    """The RuntimeClass is owned by its profile (ownerReference, controller=true): when the
+    profile goes while no operator runs (finalizer stripped by hand), the cluster's garbage
+    collector, not the operator, removes the RuntimeClass."""
+    custom = client.CustomObjectsApi(kube)
+    node = client.NodeV1Api(kube)
+    name = f"{prefix}-gc"
+    with installed_crd(kube), namespace(kube, prefix) as ns, profiles_cleaned_up(kube, [name]):
+        with running_operator(ns):
+            custom.create_cluster_custom_object(
+                GROUP, VERSION, PLURAL, profile(name, isolation="Process")
+            )
+            wait_for(f"RuntimeClass {name}", lambda: _get_rc(node, name))
+        # The operator is stopped: nothing of ours will act on the deletion.
+        custom.patch_cluster_custom_object(
+            GROUP, VERSION, PLURAL, name, {"metadata": {"finalizers": None}}
+        )
+        custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        wait_for(f"profile {name} to be gone", lambda: _profile_body(custom, name) is None)
+        wait_for(
+            f"the garbage collector to delete RuntimeClass {name}",
+            lambda: _get_rc(node, name) is None,
+            timeout=120,
+        )
