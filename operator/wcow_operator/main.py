@@ -1,5 +1,6 @@
-"""``wcow-operator``: wires settings, the Kubernetes adapter, the controller, kopf's watches,
-leader election, metrics and probes together."""
+"""``wcow-operator``: wires settings, the Kubernetes adapter, the watch-fed cache, the
+controller, leader election, metrics and probes together; kopf hosts the process (login,
+signals) and its admission handlers."""
 
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ from collections.abc import Sequence
 import kopf
 import prometheus_client
 
+from wcow_operator.controller.cache import ClusterCache
 from wcow_operator.controller.controller import Controller, Runner
+from wcow_operator.controller.informer import run_informer, watched_collections
 from wcow_operator.controller.metrics import Metrics
-from wcow_operator.handlers.events import register
 from wcow_operator.health import serve_health
 from wcow_operator.k8s.api import KubernetesApi, load_client_config
 from wcow_operator.k8s.leader import run_with_leader_election
-from wcow_operator.k8s.nodes import watch_windows_nodes
 from wcow_operator.rbac import OPERATOR_LEASE
 from wcow_operator.reconcile.core import ReconcileSettings
 from wcow_operator.settings import OperatorSettings, SettingsError, parse_settings
@@ -73,8 +74,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ).inc(),
     )
     identity = os.environ.get("POD_NAME") or socket.gethostname()
+    cache = ClusterCache()
     controller = Controller(
         api,
+        cache,
         ReconcileSettings(
             namespace=settings.namespace, require_node_gating=settings.require_node_gating
         ),
@@ -83,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         instance=identity,
     )
     runner = Runner(controller, settings.resync_seconds, settings.debounce_seconds)
+    cache.on_change = runner.trigger
     stop = threading.Event()
     leading = threading.Event()
 
@@ -116,17 +120,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         threading.Thread(target=lead, name="reconciler", daemon=True).start()
 
-    threading.Thread(
-        target=watch_windows_nodes,
-        args=(api_client, runner.trigger, stop),
-        name="windows-nodes",
-        daemon=True,
-    ).start()
+    # Every replica keeps its cache warm, so a new leader plans from memory at once.
+    for watched in watched_collections(settings.namespace):
+        threading.Thread(
+            target=run_informer,
+            args=(api, watched, cache, stop),
+            kwargs={"on_list": lambda kind: metrics.watch_lists.labels(kind=kind).inc()},
+            name=f"watch-{watched.kind}",
+            daemon=True,
+        ).start()
     registry = kopf.OperatorRegistry()
     # A registry of our own has no login handler: use the kubernetes client's credentials
     # (in-cluster service account, or the kubeconfig), as the default registry would.
     kopf.on.login(registry=registry)(kopf.login_via_client)
-    register(registry, runner.trigger)
     log.info("wcow-operator starting: namespace=%s", settings.namespace)
     try:
         kopf.run(registry=registry, standalone=True, clusterwide=True)

@@ -16,7 +16,8 @@ OPERATOR_LEASE = "wcow-operator"
 Rule = dict[str, Any]
 
 # Cluster-wide, for the operator: its profiles (finalizers; status), the RuntimeClasses it
-# owns, Windows Nodes it reads (agent reports, ready labels), and the CRDs kopf follows.
+# owns, Windows Nodes it watches (metadata: agent reports, ready labels), and the CRDs kopf
+# follows.
 OPERATOR_CLUSTER_RULES: Final[list[Rule]] = [
     {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["list", "watch", "patch"]},
     {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["patch"]},
@@ -39,14 +40,15 @@ OPERATOR_CLUSTER_RULES: Final[list[Rule]] = [
 ]
 
 # In the operator's namespace only: the plan ConfigMap and the leader Lease (by name, except
-# create, which RBAC cannot restrict by name).
+# create, which RBAC cannot restrict by name; the plan's watch selects it with fieldSelector
+# metadata.name, which lets RBAC apply resourceNames to list and watch).
 OPERATOR_NAMESPACE_RULES: Final[list[Rule]] = [
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
     {
         "apiGroups": [""],
         "resources": ["configmaps"],
         "resourceNames": [PLAN_CONFIGMAP],
-        "verbs": ["get", "update"],
+        "verbs": ["list", "watch", "update"],
     },
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
     {

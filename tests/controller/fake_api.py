@@ -13,8 +13,10 @@ from collections import defaultdict
 from typing import Any
 
 from wcow_operator.controller.api import ApiError
+from wcow_operator.controller.cache import ClusterCache
+from wcow_operator.reconcile.model import Observed
 
-READS = {"list_profiles", "list_runtime_classes", "get_config_map", "list_windows_nodes"}
+READS = {"list_page", "watch"}
 
 
 class FakeApi:
@@ -84,22 +86,6 @@ class FakeApi:
         for rc_name, rc in list(self.runtime_classes.items()):  # garbage collector
             if any(r.get("uid") == uid for r in rc["metadata"].get("ownerReferences", [])):
                 del self.runtime_classes[rc_name]
-
-    def list_profiles(self) -> list[dict[str, Any]]:
-        self._enter("list_profiles")
-        return copy.deepcopy(list(self.profiles.values()))
-
-    def list_runtime_classes(self) -> list[dict[str, Any]]:
-        self._enter("list_runtime_classes")
-        return copy.deepcopy(list(self.runtime_classes.values()))
-
-    def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
-        self._enter("get_config_map")
-        return copy.deepcopy(self.config_maps.get((namespace, name)))
-
-    def list_windows_nodes(self) -> list[dict[str, Any]]:
-        self._enter("list_windows_nodes")
-        return copy.deepcopy(self.nodes)
 
     def create_runtime_class(self, body: dict[str, Any]) -> dict[str, Any]:
         self._enter("create_runtime_class")
@@ -183,3 +169,28 @@ class FakeApi:
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
         self._enter("create_event")
         self.events.append(copy.deepcopy(body))
+
+
+class RelistingCache(ClusterCache):
+    """The controller's cache as if its watches were never behind: every ``observe`` takes
+    the fake's current state (through ``replace``, as a relist would)."""
+
+    def __init__(self, api: FakeApi, namespace: str) -> None:
+        super().__init__()
+        self.api = api
+        self.namespace = namespace
+        self._relist()
+
+    def observe(self, plan_config_map: str) -> Observed:
+        self._relist()
+        return super().observe(plan_config_map)
+
+    def _relist(self) -> None:
+        api = self.api
+        self.replace("profiles", copy.deepcopy(list(api.profiles.values())))
+        self.replace("runtimeclasses", copy.deepcopy(list(api.runtime_classes.values())))
+        self.replace(
+            "plan",
+            [copy.deepcopy(cm) for (ns, _), cm in api.config_maps.items() if ns == self.namespace],
+        )
+        self.replace("nodes", copy.deepcopy(api.nodes))

@@ -11,7 +11,8 @@ import pytest
 
 from tests.conftest import profile_document
 from tests.controller.builders import NAMESPACE
-from tests.controller.fake_api import FakeApi
+from tests.controller.fake_api import FakeApi, RelistingCache
+from wcow_operator.controller.cache import ClusterCache
 from wcow_operator.controller.controller import Controller, Runner
 from wcow_operator.controller.metrics import Metrics
 from wcow_operator.reconcile.core import ReconcileSettings
@@ -27,6 +28,7 @@ def api() -> FakeApi:
 def controller(api: FakeApi) -> Controller:
     return Controller(
         api,
+        RelistingCache(api, NAMESPACE),
         ReconcileSettings(namespace=NAMESPACE),
         Metrics(),
         clock=lambda: datetime(2026, 3, 1, tzinfo=UTC),
@@ -204,12 +206,31 @@ def test_conflict_409_is_resolved_by_reading_again(api: FakeApi, controller: Con
     assert list(api.runtime_classes) == ["hv"]  # no duplicates
 
 
-def test_reading_failure_writes_nothing(api: FakeApi, controller: Controller) -> None:
+def test_no_pass_before_every_watch_has_listed(api: FakeApi) -> None:
+    """A profile not listed yet would look deleted: the runner waits for the whole cache."""
     api.apply_profile(profile_document("hv"))
-    api.fail("list_runtime_classes", 503)
-    report = controller.run_pass()
-    assert report.errors
-    assert api.writes() == []
+    cache = ClusterCache()
+    controller = Controller(api, cache, ReconcileSettings(namespace=NAMESPACE), Metrics())
+    runner = Runner(controller, resync_seconds=3600, debounce_seconds=0.01)
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.run, args=(stop,))
+    thread.start()
+    try:
+        cache.replace("runtimeclasses", [])
+        cache.replace("plan", [])
+        cache.replace("nodes", [])
+        stop.wait(0.3)
+        assert api.calls == []  # profiles not listed yet: no pass, no write
+        cache.replace("profiles", copy.deepcopy(list(api.profiles.values())))
+        for _ in range(300):
+            if "hv" in api.runtime_classes:
+                break
+            stop.wait(0.01)
+        assert "hv" in api.runtime_classes
+    finally:
+        stop.set()
+        runner.trigger()
+        thread.join(timeout=5)
 
 
 def test_metrics_after_a_pass(api: FakeApi, controller: Controller) -> None:
@@ -264,10 +285,10 @@ def test_a_bug_in_one_write_does_not_stop_the_others(
 def test_a_failing_pass_is_reported_not_raised(
     api: FakeApi, controller: Controller, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def explode() -> list[dict[str, Any]]:
+    def explode(_: str) -> list[dict[str, Any]]:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(api, "list_profiles", explode)
+    monkeypatch.setattr(controller.cache, "observe", explode)
     report = controller.run_pass()
     assert report.errors == ["reconcile failed: RuntimeError('boom')"]
 

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from typing import Any
 
 import pytest
 
 from wcow_operator.health import serve_health
-from wcow_operator.k8s.nodes import node_view
 from wcow_operator.settings import SettingsError, parse_settings
 
 
@@ -81,17 +79,3 @@ def test_probes_answer_from_their_callbacks() -> None:
     finally:
         server.shutdown()
         server.server_close()
-
-
-def _node(labels: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"name": "n", "labels": labels, "annotations": annotations or {}}
-
-
-def test_node_events_matter_only_for_agent_reports_and_ready_labels() -> None:
-    base = _node({"kubernetes.io/os": "windows"})
-    heartbeat = _node({"kubernetes.io/os": "windows"}, {"node.alpha/ttl": "0"})
-    assert node_view(base) == node_view(heartbeat)
-    labelled = _node({"kubernetes.io/os": "windows", "runtime.wcow.dev/hv": "ready"})
-    assert node_view(labelled) != node_view(base)
-    reported = _node({"kubernetes.io/os": "windows"}, {"runtime.wcow.dev/agent-status": "{}"})
-    assert node_view(reported) != node_view(base)

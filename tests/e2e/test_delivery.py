@@ -309,7 +309,10 @@ def test_operator_token_makes_its_real_calls(install: Install) -> None:
     core.create_namespaced_config_map(
         ns, raw({"metadata": {"name": "wcow-runtime-plan"}, "data": {}})
     )
-    plan = core.read_namespaced_config_map("wcow-runtime-plan", ns)
+    # Read as the operator's watch does: selected by name (RBAC resourceNames).
+    (plan,) = core.list_namespaced_config_map(
+        ns, field_selector="metadata.name=wcow-runtime-plan"
+    ).items
     plan.data = {"plan.json": "{}"}
     core.replace_namespaced_config_map("wcow-runtime-plan", ns, plan)
     client.CoordinationV1Api(operator).create_namespaced_lease(
@@ -333,6 +336,7 @@ def test_operator_token_makes_its_real_calls(install: Install) -> None:
         ),
     )
     assert _status(lambda: core.list_namespaced_secret(ns)) == 403
+    assert _status(lambda: core.list_namespaced_config_map(ns)) == 403
     assert (
         _status(
             lambda: core.create_namespaced_config_map("default", raw({"metadata": {"name": name}}))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 Scope = Literal["cluster", "namespace"]
@@ -19,11 +21,34 @@ class ApiError(Exception):
         self.message = message
 
 
+class WatchExpiredError(Exception):
+    """The server no longer has the version a watch asked for (410 Gone): list again."""
+
+
+@dataclass(frozen=True)
+class Watched:
+    """A collection the operator keeps in memory (see ``controller.cache``)."""
+
+    kind: Literal["profiles", "runtimeclasses", "plan", "nodes"]
+    path: str  # the collection's API path
+    resource: str  # for metrics and errors
+    label_selector: str | None = None
+    field_selector: str | None = None
+    metadata_only: bool = False  # PartialObjectMetadata: Nodes are large, we read metadata
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[dict[str, Any]]
+    resource_version: str
+    continue_token: str | None
+
+
 class ClusterApi(Protocol):
-    def list_profiles(self) -> list[dict[str, Any]]: ...
-    def list_runtime_classes(self) -> list[dict[str, Any]]: ...
-    def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-    def list_windows_nodes(self) -> list[dict[str, Any]]: ...
+    def list_page(self, watched: Watched, continue_token: str | None, limit: int) -> Page: ...
+    def watch(
+        self, watched: Watched, resource_version: str, timeout_seconds: int
+    ) -> Iterator[dict[str, Any]]: ...
     def create_runtime_class(self, body: dict[str, Any]) -> dict[str, Any]: ...
     def replace_runtime_class(self, name: str, body: dict[str, Any]) -> dict[str, Any]: ...
     def delete_runtime_class(self, name: str, uid: str) -> None: ...

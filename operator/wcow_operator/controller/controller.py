@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import socket
@@ -13,10 +14,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_operator.api.conditions import timestamp
 from wcow_operator.api.v1alpha1 import API_VERSION, KIND
 from wcow_operator.controller.api import ApiError, ClusterApi
+from wcow_operator.controller.cache import ClusterCache
 from wcow_operator.controller.metrics import Metrics
 from wcow_operator.reconcile.core import (
     ReconcileSettings,
@@ -29,8 +30,6 @@ from wcow_operator.reconcile.model import (
     PHASES,
     EventNote,
     Observed,
-    ObservedNode,
-    ObservedProfile,
     Outcome,
     Write,
 )
@@ -53,6 +52,7 @@ class Controller:
     def __init__(
         self,
         api: ClusterApi,
+        cache: ClusterCache,
         settings: ReconcileSettings,
         metrics: Metrics,
         *,
@@ -61,6 +61,7 @@ class Controller:
         instance: str | None = None,
     ) -> None:
         self.api = api
+        self.cache = cache
         self.settings = settings
         self.metrics = metrics
         self.clock = clock
@@ -68,25 +69,10 @@ class Controller:
         self.instance = instance or socket.gethostname()
 
     def observe(self) -> Observed:
-        config_map = self.api.get_config_map(self.settings.namespace, PLAN_CONFIGMAP)
-        plan = None
-        if config_map is not None:
-            plan = _read_plan(config_map)
-        nodes = [
-            ObservedNode(
-                name=n["metadata"]["name"],
-                labels=dict(n["metadata"].get("labels") or {}),
-                agent_status=(n["metadata"].get("annotations") or {}).get(AGENT_STATUS_ANNOTATION),
-            )
-            for n in self.api.list_windows_nodes()
-        ]
-        return Observed(
-            profiles=[ObservedProfile(p) for p in self.api.list_profiles()],
-            runtime_classes={rc["metadata"]["name"]: rc for rc in self.api.list_runtime_classes()},
-            plan=plan,
-            plan_config_map=config_map,
-            nodes=nodes,
-        )
+        """The cluster as the watches last showed it (no API request)."""
+        observed = self.cache.observe(PLAN_CONFIGMAP)
+        plan = _read_plan(observed.plan_config_map) if observed.plan_config_map else None
+        return dataclasses.replace(observed, plan=plan)
 
     def run_pass(self) -> PassReport:
         started = time.monotonic()
@@ -172,7 +158,7 @@ class Controller:
                 if write.kind == "add-finalizer":
                     finalizers.append(FINALIZER)
                 # resourceVersion makes the patch conditional: others' finalizers are kept.
-                self.api.patch_profile(
+                patched = self.api.patch_profile(
                     write.target,
                     {
                         "metadata": {
@@ -181,18 +167,22 @@ class Controller:
                         }
                     },
                 )
+                self.cache.wrote("profiles", patched)
             case "create-runtime-class":
-                self.api.create_runtime_class(write.body)
+                self.cache.wrote("runtimeclasses", self.api.create_runtime_class(write.body))
             case "replace-runtime-class":
-                self.api.replace_runtime_class(write.target, write.body)
+                replaced = self.api.replace_runtime_class(write.target, write.body)
+                self.cache.wrote("runtimeclasses", replaced)
             case "recreate-runtime-class":
                 self.api.delete_runtime_class(write.target, metadata["uid"])
-                self.api.create_runtime_class(write.body)
+                self.cache.deleted("runtimeclasses", write.target)
+                self.cache.wrote("runtimeclasses", self.api.create_runtime_class(write.body))
             case "delete-runtime-class":
                 self.api.delete_runtime_class(write.target, metadata["uid"])
+                self.cache.deleted("runtimeclasses", write.target)
             case "write-plan":
                 if write.observed is None:
-                    self.api.create_config_map(ns, write.body)
+                    self.cache.wrote("plan", self.api.create_config_map(ns, write.body))
                 else:
                     body = {
                         **write.body,
@@ -201,12 +191,13 @@ class Controller:
                             "resourceVersion": metadata["resourceVersion"],
                         },
                     }
-                    self.api.replace_config_map(ns, write.target, body)
+                    self.cache.wrote("plan", self.api.replace_config_map(ns, write.target, body))
             case "patch-status":
                 current = observed.get("status") or {}
                 status: dict[str, Any] = {k: None for k in current if k not in write.body["status"]}
                 status.update(write.body["status"])
-                self.api.patch_profile_status(write.target, {"status": status})
+                patched = self.api.patch_profile_status(write.target, {"status": status})
+                self.cache.wrote("profiles", patched)
 
     def _post_event(self, note: EventNote) -> None:
         now = timestamp(self.clock())
@@ -317,6 +308,11 @@ class Runner:
         self._dirty.set()
 
     def run(self, stop: threading.Event) -> None:
+        # Never plan from a half-filled cache: a profile not listed yet would look deleted.
+        while not self.controller.cache.synced():
+            self.heartbeat = time.monotonic()
+            if stop.wait(0.1):
+                return
         backoff = 1.0
         wait = 0.0  # first pass right away
         while not stop.is_set():

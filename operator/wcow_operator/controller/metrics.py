@@ -52,3 +52,9 @@ class Metrics:
         )
         self.plan_handlers = Gauge("wcow_plan_handlers", "Handlers in the plan", registry=r)
         self.leader = Gauge("wcow_leader", "1 while this replica reconciles", registry=r)
+        self.watch_lists = Counter(
+            "wcow_watch_lists_total",
+            "Full lists of a watched collection (on start, and when its watch expired)",
+            ["kind"],
+            registry=r,
+        )

@@ -13,7 +13,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import urllib3
@@ -21,7 +21,14 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from wcow_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
-from wcow_operator.controller.api import ApiError, ClusterApi, Permission
+from wcow_operator.controller.api import (
+    ApiError,
+    ClusterApi,
+    Page,
+    Permission,
+    Watched,
+    WatchExpiredError,
+)
 from wcow_operator.render.plan import PLAN_CONFIGMAP
 
 log = logging.getLogger(__name__)
@@ -65,6 +72,7 @@ class KubernetesApi(ClusterApi):
         attempts: int = 4,
         timeout_seconds: float = 30.0,
     ) -> None:
+        self._client = api_client
         self._custom = client.CustomObjectsApi(api_client)
         self._node = client.NodeV1Api(api_client)
         self._core = client.CoreV1Api(api_client)
@@ -103,61 +111,92 @@ class KubernetesApi(ClusterApi):
         response = self._call(verb, resource, call)
         return json.loads(response.data) if response.data else {}
 
-    # -- reads ---------------------------------------------------------------------------
+    # -- watches (the informers' transport) -----------------------------------------------
 
-    @uses((GROUP, PLURAL, "list", "cluster", None))
-    def list_profiles(self) -> list[dict[str, Any]]:
-        body = self._json(
-            "list",
-            PLURAL,
-            lambda: self._custom.list_cluster_custom_object(
-                GROUP, VERSION, PLURAL, _preload_content=False, _request_timeout=self._timeout
-            ),
+    @uses(
+        (GROUP, PLURAL, "list", "cluster", None),
+        ("node.k8s.io", "runtimeclasses", "list", "cluster", None),
+        ("", "nodes", "list", "cluster", None),
+        ("", "configmaps", "list", "namespace", PLAN_CONFIGMAP),
+    )
+    def list_page(self, watched: Watched, continue_token: str | None, limit: int) -> Page:
+        query = [*_selectors(watched), ("limit", str(limit))]
+        if continue_token:
+            query.append(("continue", continue_token))
+        accept = _METADATA_LIST if watched.metadata_only else "application/json"
+        body = self._call(
+            "list", watched.resource, lambda: self._request(watched.path, query, accept)
         )
-        return list(body.get("items", []))
+        data = json.loads(body.read())
+        metadata = data.get("metadata") or {}
+        return Page(
+            items=list(data.get("items") or []),
+            resource_version=str(metadata.get("resourceVersion", "")),
+            continue_token=metadata.get("continue") or None,
+        )
 
-    @uses(("node.k8s.io", "runtimeclasses", "list", "cluster", None))
-    def list_runtime_classes(self) -> list[dict[str, Any]]:
-        body = self._json(
-            "list",
-            "runtimeclasses",
-            lambda: self._node.list_runtime_class(
-                _preload_content=False, _request_timeout=self._timeout
-            ),
-        )
-        return [
-            {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", **item}
-            for item in body.get("items", [])
+    @uses(
+        (GROUP, PLURAL, "watch", "cluster", None),
+        ("node.k8s.io", "runtimeclasses", "watch", "cluster", None),
+        ("", "nodes", "watch", "cluster", None),
+        ("", "configmaps", "watch", "namespace", PLAN_CONFIGMAP),
+    )
+    def watch(
+        self, watched: Watched, resource_version: str, timeout_seconds: int
+    ) -> Iterator[dict[str, Any]]:
+        """Watch events from ``resource_version`` until the server ends the watch; raises
+        ``WatchExpiredError`` when the server no longer has that version (410 Gone)."""
+        query = [
+            *_selectors(watched),
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_seconds)),
         ]
-
-    @uses(("", "configmaps", "get", "namespace", PLAN_CONFIGMAP))
-    def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        accept = _METADATA_OBJECT if watched.metadata_only else "application/json"
         try:
-            body: dict[str, Any] = self._json(
-                "get",
-                "configmaps",
-                lambda: self._core.read_namespaced_config_map(
-                    name, namespace, _preload_content=False, _request_timeout=self._timeout
-                ),
+            response = self._call(
+                "watch",
+                watched.resource,
+                lambda: self._request(watched.path, query, accept, timeout_seconds + 30),
             )
         except ApiError as error:
-            if error.status == 404:
-                return None
+            if error.status == 410:
+                raise WatchExpiredError(str(error)) from None
             raise
-        return body
+        try:
+            for line in _lines(response.response):
+                event: dict[str, Any] = json.loads(line)
+                if event.get("type") == "ERROR":
+                    status = event.get("object") or {}
+                    if status.get("code") == 410:
+                        raise WatchExpiredError(str(status.get("message", "")))
+                    raise ApiError(
+                        int(status.get("code") or 0),
+                        str(status.get("reason", "")),
+                        str(status.get("message", "")),
+                    )
+                yield event
+        finally:
+            response.response.release_conn()
 
-    @uses(("", "nodes", "list", "cluster", None))
-    def list_windows_nodes(self) -> list[dict[str, Any]]:
-        body = self._json(
-            "list",
-            "nodes",
-            lambda: self._core.list_node(
-                label_selector=WINDOWS_NODES, _preload_content=False, _request_timeout=self._timeout
-            ),
+    def _request(
+        self, path: str, query: list[tuple[str, str]], accept: str, timeout: float | None = None
+    ) -> Any:
+        method, url, headers, _, _ = self._client.param_serialize(
+            "GET",
+            path,
+            query_params=query,
+            header_params={"Accept": accept},
+            auth_settings=["BearerToken"],
         )
-        # Keep only metadata: node objects are large and the controller needs labels and
-        # annotations.
-        return [{"metadata": item.get("metadata", {})} for item in body.get("items", [])]
+        response = self._client.call_api(
+            method, url, header_params=headers, _request_timeout=timeout or self._timeout
+        )
+        if not 200 <= response.status < 300:
+            response.read()  # type: ignore[no-untyped-call]
+            raise ApiException(http_resp=response, body=response.data, data=None)
+        return response
 
     # -- writes --------------------------------------------------------------------------
 
@@ -281,6 +320,31 @@ class KubernetesApi(ClusterApi):
                 namespace, _raw(body), _preload_content=False, _request_timeout=self._timeout
             ),
         )
+
+
+# Nodes are large (images, conditions): their watch asks for metadata only.
+_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+_METADATA_OBJECT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+
+def _selectors(watched: Watched) -> list[tuple[str, str]]:
+    query = []
+    if watched.label_selector:
+        query.append(("labelSelector", watched.label_selector))
+    if watched.field_selector:
+        query.append(("fieldSelector", watched.field_selector))
+    return query
+
+
+def _lines(response: Any) -> Iterator[bytes]:
+    """The newline-delimited JSON of a watch, as it arrives."""
+    buffer = b""
+    for chunk in response.stream(amt=None, decode_content=True):
+        buffer += chunk
+        *complete, buffer = buffer.split(b"\n")
+        yield from (line for line in complete if line.strip())
+    if buffer.strip():
+        yield buffer
 
 
 def _raw(body: dict[str, Any]) -> Any:

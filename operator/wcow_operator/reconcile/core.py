@@ -39,7 +39,7 @@ from wcow_operator.reconcile.model import (
     Outcome,
     Write,
 )
-from wcow_operator.reconcile.nodes import NodeSummary, describe, summarize
+from wcow_operator.reconcile.nodes import NodeSummary, NodeTally, describe
 from wcow_operator.render.plan import (
     PLAN_HASH_ANNOTATION,
     PLAN_KEY,
@@ -515,9 +515,10 @@ def _status_writes(
     events: list[EventNote],
 ) -> list[Write]:
     writes: list[Write] = []
+    tally = observed.tally if observed.tally is not None else NodeTally.of(observed.nodes)
     for state in live:
         handler = state.claimed_handler
-        nodes = summarize(handler, observed.nodes) if handler else NodeSummary()
+        nodes = tally.summary(handler) if handler else NodeSummary()
         status = _status(state, nodes, now)
         statuses[state.name] = status
         before = _normalized(state.observed.status)

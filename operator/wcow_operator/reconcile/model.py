@@ -7,7 +7,10 @@ and the controller executes them through the Kubernetes adapter.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from wcow_operator.reconcile.nodes import NodeTally
 
 FINALIZER = "runtime.wcow.dev/cleanup"
 
@@ -64,6 +67,9 @@ class Observed:
     plan: dict[str, Any] | None  # the plan in the ConfigMap, None when absent or unreadable
     plan_config_map: dict[str, Any] | None  # the raw ConfigMap, None when absent
     nodes: list[ObservedNode]
+    # Per-handler node counts kept up to date node by node (the controller's cache); when
+    # None they are counted from ``nodes``.
+    tally: NodeTally | None = None
 
 
 WriteKind = Literal[
