@@ -201,7 +201,8 @@ class NodeAgent:
         """Which handlers this host runs, and the merged file (None: the file is refused)."""
         report, facts, state = cycle.report, cycle.facts, cycle.state
         eligible, refused = classify_handlers(
-            plan["handlers"], EligibilityHost(_build(facts.build), facts.hyperv_available)
+            plan["handlers"],
+            EligibilityHost(_build(facts.build), facts.hyperv_available, facts.containerd_version),
         )
         report.handlers = {
             handler: HandlerOutcome(

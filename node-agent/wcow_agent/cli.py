@@ -65,6 +65,10 @@ def _state_path(config: Path, given: str | None) -> Path:
     return Path(given) if given else config.with_name(config.name + STATE_SUFFIX)
 
 
+# --containerd-version names a line; eligibility judges by its first release.
+_LINE_VERSIONS = {"1.6": "1.6.0", "1.7": "1.7.0", "2": "2.0.0"}
+
+
 def _read_existing(config: Path) -> str:
     if not config.exists():
         raise ConfigError(
@@ -78,7 +82,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
     config = Path(args.config)
     state_file = _state_path(config, args.state)
     try:
-        host = EligibilityHost(parse_windows_build(args.host_build), hyperv_available=args.hyperv)
+        host = EligibilityHost(
+            parse_windows_build(args.host_build),
+            hyperv_available=args.hyperv,
+            containerd_version=_LINE_VERSIONS[args.containerd_version],
+        )
         plan = load_plan(Path(args.plan).read_text(encoding="utf-8"), args.plan)
         before = _read_existing(config)
         eligible, refused = classify_handlers(plan["handlers"], host)
@@ -168,8 +176,9 @@ def _add_merge(commands: Any) -> None:
         "--containerd-version",
         choices=("1.6", "1.7", "2"),
         default="1.7",
-        help="containerd on the host, for its built-in runtimes and the schema of a file "
-        "without `version` (default 1.7)",
+        help="containerd on the host: handlers needing settings it drops are not eligible "
+        "(1.6 drops DefaultContainerAnnotations and ScrubLogs); also its built-in runtimes "
+        "and the schema of a file without `version` (default 1.7)",
     )
     merge.add_argument("--state", help=f"ownership state file (default CONFIG{STATE_SUFFIX})")
     merge.add_argument("--write", action="store_true", help="write the file instead of a diff")

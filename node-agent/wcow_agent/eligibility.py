@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from wcow_agent.containerd_lines import first_line_honouring, line_for, unsupported
 from wcow_operator.api.windows_builds import (
     WindowsBuild,
     hyperv_can_run,
@@ -18,6 +19,8 @@ from wcow_operator.api.windows_builds import (
 class Host:
     build: WindowsBuild
     hyperv_available: bool
+    containerd_version: str | None = None
+    """None: not known (offline merge without ``--containerd-version``): not judged."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,34 @@ class Refusal:
 
 def refusal(entry: Mapping[str, Any], host: Host) -> Refusal | None:
     """Why ``host`` cannot run this plan entry, or None when it can."""
+    found = _isolation_refusal(entry, host)
+    if found is None and host.containerd_version is not None:
+        found = containerd_refusal(entry, host.containerd_version)
+    return found
+
+
+def containerd_refusal(entry: Mapping[str, Any], version: str) -> Refusal | None:
+    """Why containerd ``version`` cannot honour this entry's table: it would drop part of it
+    silently (``containerd_lines``), so the handler would run without what it promises."""
+    table = entry.get("runtime") or {}
+    dropped = unsupported(table, version)
+    if not dropped:
+        return None
+    line = line_for(version)
+    needed = first_line_honouring(table)
+    upgrade = (
+        f"upgrade containerd to {needed.name} or later, or drop those settings"
+        if needed is not None
+        else "no containerd line honours them: drop those settings"
+    )
+    return Refusal(
+        "ContainerdTooOld",
+        f"containerd {version} (hcsshim {line.hcsshim}) would silently drop "
+        f"{'; '.join(dropped)}; {upgrade}",
+    )
+
+
+def _isolation_refusal(entry: Mapping[str, Any], host: Host) -> Refusal | None:
     guest = parse_windows_build(entry["windowsBuild"]) if entry.get("windowsBuild") else None
     if entry["isolation"] == "HyperV":
         if not host.hyperv_available:

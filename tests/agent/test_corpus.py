@@ -4,7 +4,8 @@ versionless files, and the same files with Windows line endings.
 
 For every file: outside the agent's own tables the bytes are the user's, in order (only
 blank separator lines are added); a rerun is byte-identical; removing everything gives the
-original file back byte for byte. Merged version-2 files load in Debian's containerd."""
+original file back byte for byte. Merged version-2 files load in Debian's containerd (which
+proves loading and tables, not what the shim decodes: see ``containerd_lines``)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from tests.agent.conftest import hyperv, make_plan, process
 from tests.agent.fakes import CONFIGS, FakeContainerd, FakeNode
 from tests.containerd import CONTAINERD, config_dump, needs_containerd
+from wcow_agent.containerd_lines import line_for, unsupported
 from wcow_agent.host.containerd import ContainerdCli
 from wcow_agent.host.interfaces import Host
 from wcow_agent.host.process import SubprocessRunner
@@ -183,9 +185,13 @@ def test_any_handlers_round_trip_on_any_corpus_file(
     "name",
     [p.name for p in CORPUS if p.name.startswith("v2") or p.name.startswith("no-version")],
 )
-def test_merged_v2_files_load_in_real_containerd_with_every_handler(
+def test_merged_v2_files_load_in_real_containerd_with_every_handler_table(
     name: str, tmp_path: Path
 ) -> None:
+    """containerd loads the file and keeps every table. ``config dump`` echoes the raw
+    ``options`` map, so this does not prove the shim receives them: containerd 1.6 drops
+    DefaultContainerAnnotations when it decodes them (``containerd_lines``), which the
+    dump cannot show."""
     original = (CONFIGS / name).read_text()
     builtins = BUILTIN_RUNTIMES_1_6 if "1.6" in name else None
     applied = merge_config(
@@ -204,8 +210,13 @@ def test_merged_v2_files_load_in_real_containerd_with_every_handler(
         "containerd 1.x would not start: default runtime gone"
     )
     for handler, table in DESIRED.items():
-        assert cri["runtimes"][handler]["options"] == table["options"]
+        assert cri["runtimes"][handler]["options"] == table["options"]  # the raw echo
         assert cri["runtimes"][handler]["runtime_type"] == table["runtime_type"]
+    version = ContainerdCli(str(CONTAINERD), SubprocessRunner()).version()
+    if line_for(version).name == "1.6":
+        # The dump shows the reserve class's annotations; the shim would never see them.
+        assert cri["runtimes"]["hv-reserve"]["options"]["DefaultContainerAnnotations"]
+        assert unsupported(DESIRED["hv-reserve"], version)
 
 
 class RealContainerdCli(FakeContainerd):
