@@ -1,0 +1,106 @@
+// Package line is containerd 1.7's config loading and runhcs option decoding, called from
+// the containerd module itself (pinned in go.mod), for the checks in ../check.
+package line
+
+import (
+	"bytes"
+	"fmt"
+	"regexp"
+	"strconv"
+
+	runhcsoptions "github.com/Microsoft/hcsshim/cmd/containerd-shim-runhcs-v1/options"
+	criconfig "github.com/containerd/containerd/pkg/cri/config"
+	"github.com/containerd/containerd/plugin"
+	srvconfig "github.com/containerd/containerd/services/server/config"
+	toml "github.com/pelletier/go-toml"
+
+	"wcow.dev/tools/containerd-decode/check"
+)
+
+// Line is containerd 1.7 (see go.mod for the exact release and the hcsshim it pins).
+type Line struct{}
+
+var _ check.Line = Line{}
+
+func (Line) Name() string { return "containerd 1.7 (hcsshim v0.11)" }
+
+// LoadRuntimes does what `containerd config dump` does on 1.7 (cmd/containerd/command/
+// config.go): srvconfig.LoadConfig over a version-1 default, then the CRI plugin's config is
+// decoded by srvconfig.Config.Decode into criconfig.DefaultConfig(). The registration is
+// built here with the Type, ID and Config of pkg/cri/cri.go's init, instead of importing
+// pkg/cri (which would compile the whole CRI server for one struct).
+func (Line) LoadRuntimes(path string) (map[string]check.Runtime, error) {
+	config := &srvconfig.Config{Version: 1}
+	if err := srvconfig.LoadConfig(path, config); err != nil {
+		return nil, err
+	}
+	defaults := criconfig.DefaultConfig()
+	registration := &plugin.Registration{Type: plugin.GRPCPlugin, ID: "cri", Config: &defaults}
+	decoded, err := config.Decode(registration)
+	if err != nil {
+		return nil, fmt.Errorf("decoding the CRI plugin's config: %w", err)
+	}
+	cri, ok := decoded.(*criconfig.PluginConfig)
+	if !ok {
+		return nil, fmt.Errorf("the CRI plugin's config decoded to %T", decoded)
+	}
+	out := map[string]check.Runtime{}
+	for name, rt := range cri.ContainerdConfig.Runtimes {
+		out[name] = check.Runtime{Type: rt.Type, Options: rt.Options}
+	}
+	return out, nil
+}
+
+// Decode is the runhcs branch of pkg/cri/server/helpers.go generateRuntimeOptions (and the
+// same function in pkg/cri/sbserver), which is unexported: toml.TreeFromMap(r.Options), then
+// Tree.Unmarshal into the type getRuntimeOptionsType picks for io.containerd.runhcs.v1,
+// hcsshim's runhcs Options. Same go-toml (v1) as containerd, by go.mod.
+func (Line) Decode(rt check.Runtime) (any, error) {
+	if rt.Type != check.RunhcsV1 {
+		return nil, fmt.Errorf("only %s is decoded here, not %q", check.RunhcsV1, rt.Type)
+	}
+	tree, err := toml.TreeFromMap(rt.Options)
+	if err != nil {
+		return nil, err
+	}
+	options := &runhcsoptions.Options{}
+	if err := tree.Unmarshal(options); err != nil {
+		return nil, err
+	}
+	return options, nil
+}
+
+// go-toml v1 reports the keys its strict mode did not use only in the error text:
+// `undecoded keys: ["a" "b.c"]` (marshal.go, visitorState.validate).
+var undecodedKeys = regexp.MustCompile(`^undecoded keys: \[(.*)\]$`)
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// Undecoded runs the same decoder in its strict mode (Decoder.Strict, which tracks the keys
+// that Tree.Unmarshal visits) over the same tree, written out and read back.
+func (Line) Undecoded(rt check.Runtime) ([]string, error) {
+	tree, err := toml.TreeFromMap(rt.Options)
+	if err != nil {
+		return nil, err
+	}
+	text, err := tree.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	err = toml.NewDecoder(bytes.NewReader(text)).Strict(true).Decode(&runhcsoptions.Options{})
+	if err == nil {
+		return nil, nil
+	}
+	m := undecodedKeys.FindStringSubmatch(err.Error())
+	if m == nil {
+		return nil, err
+	}
+	var keys []string
+	for _, q := range quoted.FindAllString(m[1], -1) {
+		key, uerr := strconv.Unquote(q)
+		if uerr != nil {
+			return nil, fmt.Errorf("reading %q: %w", err, uerr)
+		}
+		keys = append(keys, key)
+	}
+	return keys, nil
+}
