@@ -4,7 +4,8 @@ was really created, tear it down whatever happened.
 What a pass means:
 - containerd accepted the handler and started a sandbox (``crictl runp --runtime H``);
 - HCS has the compute system the isolation implies: for Hyper-V a ``VirtualMachine``
-  named ``<sandbox-id>@vm`` owned by ``containerd-shim-runhcs-v1.exe``; for process
+  named ``<sandbox-id>@vm`` owned by the shim (hcsshim's Owner is the base name of its own
+  executable: ``containerd-shim-runhcs-v1.exe``, or the file ``runtime_path`` names); for process
   isolation a ``Container`` with the sandbox's id and no utility VM;
 - the VM's size where it can be observed: HCS does not report the configured vCPU count
   or memory size, so the processor count is read inside the VM from a canary container
@@ -60,6 +61,10 @@ class CanarySpec:
     processor_count: int | None = None
     memory_mb: int | None = None
     fully_physically_backed: bool = False
+    shim_owner: str = SHIM_OWNER
+    """The Owner HCS reports for the shim's compute systems: hcsshim uses the base name of
+    its own executable (``filepath.Base(os.Args[0])``), and containerd starts
+    ``runtime_path`` as that executable when the handler names one."""
 
     @classmethod
     def from_plan(cls, handler: str, entry: Mapping[str, Any]) -> CanarySpec:
@@ -73,7 +78,15 @@ class CanarySpec:
             processor_count=vm.get("processorCount"),
             memory_mb=vm.get("memoryMB"),
             fully_physically_backed=bool(vm.get("fullyPhysicallyBacked")),
+            shim_owner=shim_owner((entry.get("runtime") or {}).get("runtime_path")),
         )
+
+
+def shim_owner(runtime_path: str | None) -> str:
+    """The compute-system Owner a handler's shim reports (base name of its binary)."""
+    if not runtime_path:
+        return SHIM_OWNER
+    return PureWindowsPath(runtime_path).name or SHIM_OWNER
 
 
 @dataclass(frozen=True)
@@ -103,7 +116,7 @@ def check_isolation(
     by_id = {str(s.get("Id")): s for s in systems}
     vm = by_id.get(f"{sandbox_id}@vm")
     if spec.isolation == "HyperV":
-        return _check_vm(sandbox_id, vm)
+        return _check_vm(sandbox_id, vm, spec.shim_owner)
     if vm is not None:
         return (
             "IsolationMismatch",
@@ -119,7 +132,7 @@ def check_isolation(
     return None
 
 
-def _check_vm(sandbox_id: str, vm: Mapping[str, Any] | None) -> Failure | None:
+def _check_vm(sandbox_id: str, vm: Mapping[str, Any] | None, owner: str) -> Failure | None:
     name = f"{sandbox_id}@vm"
     if vm is None:
         return (
@@ -130,8 +143,8 @@ def _check_vm(sandbox_id: str, vm: Mapping[str, Any] | None) -> Failure | None:
     problem = None
     if vm.get("SystemType") != "VirtualMachine":
         problem = f"{name} is a {vm.get('SystemType')}, not a VirtualMachine"
-    elif vm.get("Owner") != SHIM_OWNER:
-        problem = f"{name} is owned by {vm.get('Owner')!r}, not {SHIM_OWNER}"
+    elif str(vm.get("Owner", "")).casefold() != owner.casefold():  # Windows names ignore case
+        problem = f"{name} is owned by {vm.get('Owner')!r}, not {owner}"
     if problem:
         return ("IsolationMismatch", problem)
     if vm.get("State") not in (None, "Running"):

@@ -22,7 +22,7 @@ import tomllib
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 from typing import Any
 
 import tomli_w
@@ -365,6 +365,8 @@ class FakeCrictl:
         template = {s["SystemType"]: s for s in wire("hcs-enumerate.json", SANDBOX_ID=sandbox_id)}
         if options.get("SandboxIsolation") == 1 and not node.ignore_isolation:
             vm = dict(template["VirtualMachine"])
+            if runtime.get("runtime_path"):  # hcsshim: Owner = base name of its own binary
+                vm["Owner"] = PureWindowsPath(runtime["runtime_path"]).name
             vm["_memoryMB"] = node.vm_memory_mb or options.get("VmMemorySizeInMb", 1024)
             vm["_processors"] = node.vm_processors or min(
                 options.get("VmProcessorCount", 2), node.logical_processors

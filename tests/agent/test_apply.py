@@ -526,3 +526,12 @@ def test_without_cri_nothing_is_written_or_restarted(node: FakeNode) -> None:
     assert node.restarts == []
     node.cri_up = True
     assert node.agent().reconcile(make_plan(hyperv())).restarts == ["apply"]
+
+
+def test_canary_passes_for_a_shim_named_by_runtime_path(node: FakeNode) -> None:
+    plan = make_plan(hyperv(containerd={"runtimePath": r"C:\shims\runhcs-custom.exe"}))
+
+    report = node.agent().reconcile(plan)
+
+    outcome = (report.handlers or {})["hv"]
+    assert (outcome.state, outcome.reason) == ("Ready", "CanaryPassed"), outcome.message

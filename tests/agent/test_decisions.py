@@ -257,3 +257,22 @@ def test_cri_info_conditions_and_handlers() -> None:
     assert not status.network_ready
     assert "cni config uninitialized" in status.message
     assert status.handlers == ("hv",)
+
+
+def test_a_shim_named_by_runtime_path_owns_its_vm_under_its_own_name() -> None:
+    """hcsshim reports its own binary's base name as Owner; containerd launches the file
+    runtime_path names, so a renamed shim owns the VM under that name."""
+    entry = {
+        "isolation": "HyperV",
+        "runtime": {"runtime_path": r"C:\shims\runhcs-v0.12.exe", "runtime_type": "x"},
+    }
+    spec = CanarySpec.from_plan("hv", entry)
+    assert spec.shim_owner == "runhcs-v0.12.exe"
+    renamed = {**VM, "Owner": "runhcs-v0.12.exe"}
+    assert check_isolation(spec, "s", [renamed]) is None
+    assert check_isolation(spec, "s", [{**VM, "Owner": "RUNHCS-v0.12.EXE"}]) is None
+    failure = check_isolation(spec, "s", [VM])
+    assert failure is not None
+    assert "not runhcs-v0.12.exe" in failure[1]
+    # Without runtime_path the shim is containerd-shim-runhcs-v1.exe, as before.
+    assert check_isolation(CanarySpec.from_plan("hv", {"isolation": "HyperV"}), "s", [VM]) is None

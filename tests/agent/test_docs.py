@@ -9,10 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.agent.conftest import hyperv, make_plan
+from tests.agent.fakes import FakeNode
 from wcow_agent.agent import status_json
 from wcow_agent.cli import build_parser
+from wcow_agent.cli import main as agent_main
 from wcow_agent.metrics import Metrics
 from wcow_operator.api.agent_status import AgentStatus
+from wcow_operator.render.plan import dump_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "agent.md").read_text(encoding="utf-8")
@@ -65,3 +69,26 @@ def test_the_example_status_is_what_the_agent_writes() -> None:
     status = AgentStatus.model_validate_json(text)
     assert json.loads(status_json(status)) == json.loads(text)
     assert {h.state for h in status.handlers.values()} >= {"Ready", "Failed", "NotEligible"}
+
+
+def test_a_missing_config_toml_is_described_as_the_agent_treats_it(tmp_path: Path) -> None:
+    """``run`` seeds a missing config.toml from the node's own ``containerd config default``
+    (what containerd runs with when there is no file) once it has a table to add; the
+    offline ``merge`` has no containerd to ask and refuses. README and docs say so."""
+
+    node = FakeNode(tmp_path)
+    node.agent().reconcile(make_plan(hyperv()))
+    assert "containerd config default" in node.ops
+    assert node.config.exists()
+    plan = tmp_path / "plan.json"
+    plan.write_text(dump_plan(make_plan(hyperv())))
+    missing = tmp_path / "elsewhere" / "config.toml"
+    merge = ["merge", "--config", str(missing), "--plan", str(plan), "--host-build", "10.0.20348"]
+    assert agent_main(merge) == 1
+    assert not missing.exists()
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "A missing config.toml is never created" not in readme
+    for text in (" ".join(readme.split()), " ".join(DOC.split())):
+        assert "seeded from the node's own `containerd config default`" in text
+        assert "`merge` refuses a missing file" in text
