@@ -16,8 +16,10 @@ const RunhcsV1 = "io.containerd.runhcs.v1"
 
 // Runtime is one `runtimes.<handler>` table as containerd's CRI config holds it.
 type Runtime struct {
-	Type    string
-	Options map[string]any
+	Type                 string
+	PodAnnotations       []string
+	ContainerAnnotations []string
+	Options              map[string]any
 }
 
 // Line is one containerd release line: its config loader and its option decoder.

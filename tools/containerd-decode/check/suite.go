@@ -21,6 +21,9 @@ const (
 	// {"runtime_type", "options"}}}}) with the handlers the merged file holds, as another
 	// TOML parser (Python's tomllib) read them.
 	EnvMergedExpect = "WCOW_MERGED_EXPECT"
+	// EnvKnownOptions is a JSON file in plan.json's shape whose handlers set every option
+	// the project knows (wcow_operator.api.runhcs_options.RUNHCS_OPTIONS).
+	EnvKnownOptions = "WCOW_KNOWN_OPTIONS"
 )
 
 // LoadExpected reads the handlers of a plan.json (or a file in its shape).
@@ -32,8 +35,10 @@ func LoadExpected(path string) (map[string]Runtime, error) {
 	var doc struct {
 		Handlers map[string]struct {
 			Runtime struct {
-				Type    string         `json:"runtime_type"`
-				Options map[string]any `json:"options"`
+				Type                 string         `json:"runtime_type"`
+				PodAnnotations       []string       `json:"pod_annotations"`
+				ContainerAnnotations []string       `json:"container_annotations"`
+				Options              map[string]any `json:"options"`
 			} `json:"runtime"`
 		} `json:"handlers"`
 	}
@@ -47,9 +52,41 @@ func LoadExpected(path string) (map[string]Runtime, error) {
 	}
 	out := map[string]Runtime{}
 	for name, h := range doc.Handlers {
-		out[name] = Runtime{Type: h.Runtime.Type, Options: h.Runtime.Options}
+		options, _ := fromJSON(h.Runtime.Options).(map[string]any)
+		out[name] = Runtime{
+			Type:                 h.Runtime.Type,
+			PodAnnotations:       h.Runtime.PodAnnotations,
+			ContainerAnnotations: h.Runtime.ContainerAnnotations,
+			Options:              options,
+		}
 	}
 	return out, nil
+}
+
+// fromJSON gives JSON numbers the Go types a TOML decoder gives them (int64, float64), so
+// options read from JSON can be fed to containerd's decoders like options read from TOML.
+func fromJSON(value any) any {
+	switch v := value.(type) {
+	case json.Number:
+		if i, err := v.Int64(); err == nil {
+			return i
+		}
+		f, _ := v.Float64()
+		return f
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, item := range v {
+			out[k] = fromJSON(item)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, item := range v {
+			out[i] = fromJSON(item)
+		}
+		return out
+	}
+	return value
 }
 
 func env(t *testing.T, name, what string) string {
@@ -63,8 +100,9 @@ func env(t *testing.T, name, what string) string {
 }
 
 // RenderedFragment loads one rendered fragment (containerd-config-v<version>.toml) with the
-// line's config loader and checks every handler of plan.json: present, same runtime type,
-// options unchanged by loading, and every option decoded into hcsshim's Options.
+// line's config loader and checks every handler of plan.json: present, same runtime type and
+// annotation lists, options unchanged by loading, and every option decoded into hcsshim's
+// Options.
 func RenderedFragment(t *testing.T, line Line, version int) {
 	t.Helper()
 	dir := env(t, EnvRendered, "a directory written by `wcow render --out`")
@@ -88,7 +126,9 @@ func MergedConfig(t *testing.T, line Line) {
 	}
 	loaded := Handlers(t, line, config, expected)
 	for _, name := range sortedKeys(loaded) {
-		if _, ours := expected[name]; ours || loaded[name].Type != RunhcsV1 {
+		// containerd's own runhcs handlers may have no options table (nothing to decode).
+		if _, ours := expected[name]; ours || loaded[name].Type != RunhcsV1 ||
+			loaded[name].Options == nil {
 			continue
 		}
 		t.Run("other/"+name, func(t *testing.T) {
@@ -119,6 +159,13 @@ func Handlers(t *testing.T, line Line, config string, expected map[string]Runtim
 				t.Errorf("%s: handler %s: runtime_type %q after loading, want %q",
 					line.Name(), name, got.Type, want.Type)
 			}
+			if !sameList(got.PodAnnotations, want.PodAnnotations) ||
+				!sameList(got.ContainerAnnotations, want.ContainerAnnotations) {
+				t.Errorf("%s: handler %s: annotation lists after loading: pod %s, container %s; "+
+					"want pod %s, container %s", line.Name(), name,
+					canonical(got.PodAnnotations), canonical(got.ContainerAnnotations),
+					canonical(want.PodAnnotations), canonical(want.ContainerAnnotations))
+			}
 			if !Same(got.Options, want.Options) {
 				t.Errorf("%s: handler %s: options changed by loading %s:\n got  %s\n want %s",
 					line.Name(), name, config, canonical(got.Options), canonical(want.Options))
@@ -129,6 +176,28 @@ func Handlers(t *testing.T, line Line, config string, expected map[string]Runtim
 		})
 	}
 	return loaded
+}
+
+// KnownOptions decodes, without loading a file, handlers that set every option the project
+// knows: each must be a field of this line's hcsshim Options that takes a value of the type
+// the project declares for it.
+func KnownOptions(t *testing.T, line Line) {
+	t.Helper()
+	path := env(t, EnvKnownOptions, "handlers setting every known option, as JSON")
+	expected, err := LoadExpected(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range sortedKeys(expected) {
+		for _, p := range Problems(line, expected[name]) {
+			t.Errorf("%s: handler %s: %s", line.Name(), name, p)
+		}
+	}
+}
+
+// sameList compares annotation lists; absent and empty are the same to containerd.
+func sameList(a, b []string) bool {
+	return len(a) == 0 && len(b) == 0 || canonical(a) == canonical(b)
 }
 
 // ExpectProblem fails unless Problems reports something about key for these options: the

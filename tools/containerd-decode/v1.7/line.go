@@ -22,7 +22,7 @@ type Line struct{}
 
 var _ check.Line = Line{}
 
-func (Line) Name() string { return "containerd 1.7 (hcsshim v0.11)" }
+func (Line) Name() string { return "containerd 1.7" }
 
 // LoadRuntimes does what `containerd config dump` does on 1.7 (cmd/containerd/command/
 // config.go): srvconfig.LoadConfig over a version-1 default, then the CRI plugin's config is
@@ -46,7 +46,12 @@ func (Line) LoadRuntimes(path string) (map[string]check.Runtime, error) {
 	}
 	out := map[string]check.Runtime{}
 	for name, rt := range cri.ContainerdConfig.Runtimes {
-		out[name] = check.Runtime{Type: rt.Type, Options: rt.Options}
+		out[name] = check.Runtime{
+			Type:                 rt.Type,
+			PodAnnotations:       rt.PodAnnotations,
+			ContainerAnnotations: rt.ContainerAnnotations,
+			Options:              rt.Options,
+		}
 	}
 	return out, nil
 }
