@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import codecs
+import errno
 import importlib
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
+
+from wcow_agent.host.filesecurity import platform_file_security
+from wcow_agent.host.interfaces import FileSecurity
 
 BACKUP_SUFFIX = ".wcow-backup"
 
@@ -22,32 +26,63 @@ def read_config(path: Path) -> str:
     return raw.decode("utf-8-sig")
 
 
-def write_atomically(path: Path, text: str, backup: bool = True) -> None:
+def write_target(path: Path) -> Path:
+    """The file a write to ``path`` replaces: through a symbolic link, its target (the link
+    stays a link). A link to nothing is refused rather than its target created."""
+    if not path.is_symlink():
+        return path
+    target = Path(os.path.realpath(path))
+    if not target.is_file():
+        raise FileNotFoundError(
+            errno.ENOENT,
+            f"{path} is a symbolic link to {target}, which is not a file; wcow-agent writes "
+            "through links but does not create their targets",
+            str(path),
+        )
+    return target
+
+
+def write_atomically(
+    path: Path, text: str, backup: bool = True, security: FileSecurity | None = None
+) -> None:
     """Replace ``path`` with ``text`` (UTF-8, no BOM): a temp file in the same folder,
-    flushed to disk, then renamed over the original; the old file is kept as a backup."""
+    flushed to disk, given the old file's access control (mode and owner; owner, group and
+    DACL on Windows), then renamed over the original; the old file is kept as a backup
+    beside ``path``. Through a symbolic link the link's target is replaced."""
+    target = write_target(path)
     data = text.encode("utf-8")
-    handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    handle, temp_name = tempfile.mkstemp(
+        dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
+    )
     try:
         with os.fdopen(handle, "wb") as temp:
             temp.write(data)
             temp.flush()
             os.fsync(temp.fileno())
-        if backup and path.exists():
-            backup_temp = path.with_name(f".{path.name}{BACKUP_SUFFIX}.tmp")
-            shutil.copy2(path, backup_temp)
-            os.replace(backup_temp, path.with_name(path.name + BACKUP_SUFFIX))
-        os.replace(temp_name, path)
+        if target.exists():
+            (security or platform_file_security()).copy(target, Path(temp_name))
+            if backup:
+                backup_temp = path.with_name(f".{path.name}{BACKUP_SUFFIX}.tmp")
+                shutil.copy2(target, backup_temp)
+                os.replace(backup_temp, path.with_name(path.name + BACKUP_SUFFIX))
+        os.replace(temp_name, target)
     except BaseException:
         Path(temp_name).unlink(missing_ok=True)
         raise
 
 
 def sweep_temp_files(path: Path) -> list[Path]:
-    """Remove temp files a killed agent left beside ``path`` (they never replaced it)."""
+    """Remove temp files a killed agent left beside ``path`` (they never replaced it), and
+    beside its target when it is a symbolic link."""
     removed = []
-    for leftover in path.parent.glob(f".{path.name}.*.tmp"):
-        leftover.unlink(missing_ok=True)
-        removed.append(leftover)
+    folders = {path.parent: path.name}
+    if path.is_symlink():
+        resolved = Path(os.path.realpath(path))
+        folders[resolved.parent] = resolved.name
+    for folder, name in folders.items():
+        for leftover in folder.glob(f".{name}.*.tmp"):
+            leftover.unlink(missing_ok=True)
+            removed.append(leftover)
     return removed
 
 

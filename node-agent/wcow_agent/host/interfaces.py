@@ -152,6 +152,15 @@ class Hcs(Protocol):
         ...
 
 
+class FileSecurity(Protocol):
+    """Who may use a file: copied onto the file that replaces it (``filesecurity.py``)."""
+
+    def copy(self, source: Path, target: Path) -> None:
+        """Give ``target`` the access control of ``source`` (POSIX: mode and owner;
+        Windows: owner, group and DACL). Raises OSError when it cannot."""
+        ...
+
+
 @dataclass(frozen=True)
 class Host:
     """Everything Windows-specific the agent uses, bundled."""
