@@ -19,12 +19,13 @@ is remembered as rejected so the same file is never retried in a loop.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 import tomllib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from wcow_agent.agent import (
@@ -77,8 +78,11 @@ class NodeAgent:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         cancel: threading.Event | None = None,
+        adopt: Collection[str] = (),
     ) -> None:
         self.host = host
+        self.adopt = frozenset(adopt)
+        """Handlers whose hand-written table the agent may take over (--adopt-handlers)."""
         self.paths = paths
         self.timeouts = timeouts or Timeouts()
         self.clock = clock
@@ -143,6 +147,7 @@ class NodeAgent:
             return report
         failed_apply = self._write(cycle, eligible)
         self._prove(cycle, plan, eligible, failed_apply, force_canary)
+        self._note_adoptions(cycle)
         return report
 
     def _begin(self, report: CycleReport, plan: Mapping[str, Any] | None) -> _Cycle | None:
@@ -221,6 +226,8 @@ class NodeAgent:
                 builtin_runtimes_for(version),
                 pristine,
                 fallback_version=config_version_for(version) if version else None,
+                adopt=self.adopt,
+                adopted=state.adopted,
             )
         except ConfigError as error:
             self._refused(report, plan, "ConfigRefused", str(error), eligible)
@@ -361,6 +368,7 @@ class NodeAgent:
     ) -> tuple[bool, str]:
         paths = self.paths
         owned_before = dict(state.owned)
+        adopted_before = dict(state.adopted)
         if result.owned and not owned_before and not created and not paths.pristine.exists():
             # The file before the agent's first change: removing everything restores it.
             write_atomically(paths.pristine, original, backup=False)
@@ -368,6 +376,8 @@ class NodeAgent:
         # Recorded before the write: if the agent dies after it, the next one finds a file
         # it wrote that containerd never loaded, and restarts containerd.
         state.owned = {**owned_before, **result.owned}
+        # The replaced hand-written tables are kept before the file that loses them is written.
+        state.adopted = {**adopted_before, **result.adopted}
         state.created_config = state.created_config or created
         state.written = new_hash
         save_state(paths.state, state)
@@ -380,6 +390,8 @@ class NodeAgent:
             state.loaded = new_hash
             state.restart_pending = False
             state.owned = dict(result.owned)
+            for handler in result.restored:
+                state.adopted.pop(handler, None)
             save_state(paths.state, state)
             if not result.owned:  # nothing of ours left: the next first change records anew
                 paths.pristine.unlink(missing_ok=True)
@@ -404,6 +416,7 @@ class NodeAgent:
         save_state(paths.state, state)
         back, why_back = self._restart_and_wait(report, "rollback")
         state.owned = owned_before
+        state.adopted = adopted_before
         if back:
             state.loaded = state.written or NO_FILE
             state.restart_pending = False
@@ -469,6 +482,30 @@ class NodeAgent:
             if self.clock() >= deadline:
                 return False, f"containerd did not answer on CRI within {limit:.0f} s: {last}"
             self.sleep(self.timeouts.cri_poll)
+
+    def _note_adoptions(self, cycle: _Cycle) -> None:
+        """Say what an adoption replaced or gave back: an event, the log, and the
+        handler's message in the status annotation (kept while its state holds)."""
+        report, result = cycle.report, cycle.result
+        if result is None or report.result != "applied":
+            return
+        outcomes = report.handlers if report.handlers is not None else {}
+        for handler, table in sorted(result.adopted.items()):
+            note = (
+                f"adopted the hand-written table {handler!r} of {self.paths.config} "
+                f"(--adopt-handlers); it replaced {_compact(table)}, kept in "
+                f"{self.paths.state.name} and written back when the agent lets go of it"
+            )
+            log.warning("%s", note)
+            report.event("HandlerAdopted", note, warning=True)
+            outcome = outcomes.get(handler)
+            if outcome is not None:
+                message = f"{outcome.message}; {note}" if outcome.message else note
+                outcomes[handler] = replace(outcome, message=message, carried=False)
+        for handler in result.restored:
+            note = f"wrote back the hand-written table {handler!r} the agent had adopted"
+            log.info("%s", note)
+            report.event("AdoptedTableRestored", note)
 
     # -- canaries --------------------------------------------------------------------
 
@@ -617,6 +654,7 @@ class NodeAgent:
                 builtin_runtimes_for(version),
                 pristine,
                 fallback_version=config_version_for(version) if version else None,
+                adopted=state.adopted,
             )
             delete = state.created_config and self._is_containerd_default(result.text)
             if result.changed(original) or delete:
@@ -673,6 +711,10 @@ class _Cycle:
         if self.result is None:  # pragma: no cover - a programming error
             raise RuntimeError("merge result used before the merge")
         return self.result
+
+
+def _compact(table: Mapping[str, Any]) -> str:
+    return json.dumps(table, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def _build(label: str) -> WindowsBuild:

@@ -44,6 +44,7 @@ from wcow_agent.plan import PlanError, load_plan
 from wcow_agent.runner import AgentLoop, RunOptions
 from wcow_agent.state import PRISTINE_SUFFIX, STATE_SUFFIX, Paths, load_state, save_state
 from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_operator.api.validation import is_dns1123_label
 from wcow_operator.api.windows_builds import parse_windows_build
 from wcow_operator.render.runtimeclass import READY_VALUE, ready_label
 
@@ -105,6 +106,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
             builtins,
             pristine,
             fallback_version=3 if args.containerd_version == "2" else 2,
+            adopt=args.adopt_handlers,
+            adopted=state.adopted,
         )
     except (ConfigError, PlanError, ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -114,6 +117,15 @@ def cmd_merge(args: argparse.Namespace) -> int:
         print(f"not eligible: {handler}: {why.message}", file=sys.stderr)
     for handler, reason in result.conflicts.items():
         print(f"conflict: {handler}: {reason}", file=sys.stderr)
+    for handler, table in sorted(result.adopted.items()):
+        print(
+            f"adopted: {handler}: replaces the hand-written table "
+            f"{json.dumps(table, sort_keys=True)} (kept in {state_file.name}, written back "
+            "when the handler leaves the plan)",
+            file=sys.stderr,
+        )
+    for handler in result.restored:
+        print(f"restored: {handler}: the hand-written table the agent had adopted", file=sys.stderr)
     summary = ", ".join(
         f"{label} {', '.join(names)}"
         for label, names in (
@@ -140,6 +152,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
             state.owned = result.owned
+            state.adopted = {
+                handler: table
+                for handler, table in {**state.adopted, **result.adopted}.items()
+                if handler not in result.restored
+            }
             save_state(state_file, state)
             if not result.owned:
                 pristine_path.unlink(missing_ok=True)
@@ -181,8 +198,34 @@ def _add_merge(commands: Any) -> None:
         "and the schema of a file without `version` (default 1.7)",
     )
     merge.add_argument("--state", help=f"ownership state file (default CONFIG{STATE_SUFFIX})")
+    _add_adopt_flag(merge)
     merge.add_argument("--write", action="store_true", help="write the file instead of a diff")
     merge.set_defaults(func=cmd_merge)
+
+
+def handler_list(text: str) -> frozenset[str]:
+    """``--adopt-handlers a,b``: containerd handler names (DNS-1123 labels)."""
+    names = frozenset(name.strip() for name in text.split(",") if name.strip())
+    bad = sorted(name for name in names if not is_dns1123_label(name))
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"--adopt-handlers: {', '.join(map(repr, bad)) or repr(text)} is not a list of "
+            "containerd handler names (DNS-1123 labels, comma-separated)"
+        )
+    return names
+
+
+def _add_adopt_flag(parser: Any) -> None:
+    parser.add_argument(
+        "--adopt-handlers",
+        type=handler_list,
+        default=frozenset(),
+        metavar="NAME,...",
+        help="take over config.toml's hand-written tables of these handlers (e.g. containerd "
+        "1.7's runhcs-wcow-hypervisor) when the plan has them, instead of reporting a "
+        "Conflict; the replaced table is kept in the state file and written back when the "
+        "handler leaves the plan",
+    )
 
 
 # -- the node host and the cluster ----------------------------------------------------------
@@ -252,6 +295,7 @@ def _agent(args: argparse.Namespace, host: Host, stop: threading.Event) -> NodeA
         log_root=args.work_dir or default_work_dir(),
         timeouts=Timeouts(restart=args.restart_timeout),
         cancel=stop,
+        adopt=getattr(args, "adopt_handlers", frozenset()),
     )
 
 
@@ -283,6 +327,7 @@ def _add_run(commands: Any) -> None:
         help="delay before retrying after a failed or incomplete cycle (default 30)",
     )
     run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    _add_adopt_flag(run)
     run.set_defaults(func=cmd_run)
 
 

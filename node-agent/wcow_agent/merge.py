@@ -4,7 +4,10 @@ Rules (see shared/reference/prior-art.md for what broke other installers):
 - Only tables this agent owns are added, changed or removed. Ownership is the state the
   caller keeps (handler -> hash of the table written) or, if that was lost, the marker
   comment on the table's header. A table of the same name that is neither is a conflict and
-  is left alone.
+  is left alone, unless the caller names it for adoption (``adopt``): then it is replaced
+  once, the replaced table is returned (``MergeResult.adopted``) for the caller to keep, and
+  when the agent later lets go of that handler the kept table is written back, unmarked
+  (``adopted``), so the file is the user's again.
 - Everything else in the file keeps its bytes. The decisions are made on the parsed data
   (``tomllib``); the edit cuts and splices whole tables in the text (``tomltext``) and is
   checked by parsing the result, falling back to a tomlkit round-trip when the file is laid
@@ -23,7 +26,7 @@ import hashlib
 import json
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +77,10 @@ class MergeResult:
     removed: list[str] = field(default_factory=list)
     conflicts: dict[str, str] = field(default_factory=dict)
     owned: dict[str, str] = field(default_factory=dict)  # handler -> table hash written
+    adopted: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Hand-written tables this merge replaced (``adopt``): handler -> the table's data."""
+    restored: list[str] = field(default_factory=list)
+    """Adopted handlers whose hand-written table was written back (the agent let go)."""
 
     def changed(self, before: str) -> bool:
         return self.text != before
@@ -131,10 +138,10 @@ def _table(data: Mapping[str, Any], marker: bool) -> Table:
     return table
 
 
-def _put(runtimes: Any, handler: str, data: Mapping[str, Any]) -> None:
+def _put(runtimes: Any, handler: str, data: Mapping[str, Any], marker: bool = True) -> None:
     """Add or replace a handler table, unindented (tomlkit would copy a neighbour's
     indentation onto the header only)."""
-    table = _table(data, marker=True)
+    table = _table(data, marker=marker)
     if handler in runtimes:
         runtimes[handler] = table
     else:
@@ -253,6 +260,8 @@ class _Decision:
     updated: list[str] = field(default_factory=list)
     conflicts: dict[str, str] = field(default_factory=dict)
     owned: dict[str, str] = field(default_factory=dict)
+    adopted: dict[str, dict[str, Any]] = field(default_factory=dict)
+    restored: list[str] = field(default_factory=list)  # put back unmarked
 
 
 def _runtimes_data(data: Mapping[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:
@@ -275,8 +284,11 @@ def _decide(
     desired: Mapping[str, Mapping[str, Any]],
     owned: Mapping[str, str],
     builtin_runtimes: Mapping[str, Mapping[str, Any]],
+    adopt: Collection[str] = (),
+    adopted: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> _Decision:
     path = RUNTIMES_PATH[version]
+    adopted = adopted or {}
     runtimes = _runtimes_data(data, path) or {}
     decision = _Decision(version, path)
 
@@ -287,6 +299,10 @@ def _decide(
     for handler in sorted(runtimes):
         if handler not in desired and ours(handler):
             if handler in builtin_runtimes and owned.get(handler) == "seeded":
+                continue
+            if handler in adopted:  # the hand-written table the agent replaced goes back
+                decision.put[handler] = dict(adopted[handler])
+                decision.restored.append(handler)
                 continue
             decision.remove.append(handler)
     for handler in sorted(desired):
@@ -299,10 +315,15 @@ def _decide(
             if existing != table or handler not in marked:
                 decision.put[handler] = table
                 decision.updated.append(handler)
+        elif handler in adopt:
+            decision.put[handler] = table
+            decision.updated.append(handler)
+            decision.adopted[handler] = dict(existing)
         else:
             decision.conflicts[handler] = (
                 f"config.toml already has a runtime {handler!r} that wcow-agent did not "
-                "write; it is left alone (rename the profile's handler, or remove that table)"
+                "write; it is left alone (rename the profile's handler, remove that table, "
+                "or let the agent take it over with --adopt-handlers)"
             )
             continue
         decision.owned[handler] = table_hash(table)
@@ -355,6 +376,8 @@ def merge_config(
     pristine: str | None = None,
     *,
     fallback_version: int | None = None,
+    adopt: Collection[str] = (),
+    adopted: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> MergeResult:
     """config.toml text with exactly ``desired`` as the agent's handlers.
 
@@ -366,6 +389,9 @@ def merge_config(
     separators around inserted tables), that original is returned byte for byte.
     ``fallback_version`` is the schema of the node's containerd, for a file that has no
     ``version`` and no plugin tables (it gains a ``version`` line with the first table).
+    ``adopt`` names handlers whose same-named table the agent may take over although it did
+    not write it; ``adopted`` holds the tables taken over before (handler -> data), written
+    back when the agent no longer wants that handler.
     """
     try:
         data = tomllib.loads(text)
@@ -380,6 +406,8 @@ def merge_config(
         desired=desired,
         owned=owned,
         builtin_runtimes=builtin_runtimes,
+        adopt=adopt,
+        adopted=adopted,
     )
     version_line = "" if "version" in data else f"version = {version}"
     merged = text
@@ -404,6 +432,8 @@ def merge_config(
         removed=decision.remove,
         conflicts=decision.conflicts,
         owned=decision.owned,
+        adopted=decision.adopted,
+        restored=decision.restored,
     )
 
 
@@ -433,13 +463,14 @@ class _LineEdit:
 
     def render(self, handler: str) -> list[str]:
         table = self.decision.put[handler]
-        return tomltext.render_table(self.prefix, handler, table, MARKER, self.newline)
+        marker = "" if handler in self.decision.restored else MARKER
+        return tomltext.render_table(self.prefix, handler, table, marker, self.newline)
 
     def splice(self, version_line: str) -> str | None:
         """The new text; None when a table to change is not laid out as headers (dotted
         keys, inline tables): not ours to cut."""
         lines, decision = self.lines, self.decision
-        touched = set(decision.remove) | set(decision.updated)
+        touched = set(decision.remove) | set(decision.updated) | set(decision.restored)
         if any(h not in self.blocks for h in touched):
             return None
         deleted: set[int] = set()
@@ -610,6 +641,6 @@ def _edit_tomlkit(text: str, decision: _Decision, version_line: str) -> str:
         del runtimes[handler]
     for handler, table in decision.put.items():
         runtimes = _runtimes(document, decision.path, create=True)
-        _put(runtimes, handler, table)
+        _put(runtimes, handler, table, marker=handler not in decision.restored)
     _prune_empty(document, decision.path)
     return tomlkit.dumps(document)

@@ -70,6 +70,9 @@ class AgentState:
     """handler -> hash of the table whose canary passed."""
     canary_request: str | None = None
     """The last on-demand canary request (Node annotation) already served."""
+    adopted: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """handler -> the hand-written table the agent took over (``--adopt-handlers``): the
+    backup that is written back when the agent lets go of the handler."""
 
     def to_json(self) -> str:
         body: dict[str, Any] = {
@@ -82,6 +85,8 @@ class AgentState:
             "canaried": self.canaried,
             "canaryRequest": self.canary_request,
         }
+        if self.adopted:
+            body["adopted"] = self.adopted
         return json.dumps(body, indent=2, sort_keys=True) + "\n"
 
     @classmethod
@@ -107,6 +112,13 @@ class AgentState:
             rejected=strings("rejected"),
             canaried=strings("canaried"),
             canary_request=optional("canaryRequest"),
+            adopted={
+                str(handler): dict(table)
+                for handler, table in (body.get("adopted") or {}).items()
+                if isinstance(table, dict)
+            }
+            if isinstance(body.get("adopted"), dict)
+            else {},
         )
 
 

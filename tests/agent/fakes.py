@@ -175,6 +175,11 @@ class FakeNode:
         )
 
     def agent(self, restart_timeout: float = 60.0) -> NodeAgent:
+        return self.agent_with(restart_timeout=restart_timeout)
+
+    def agent_with(
+        self, restart_timeout: float = 60.0, adopt: frozenset[str] | set[str] = frozenset()
+    ) -> NodeAgent:
         return NodeAgent(
             self.host(),
             Paths(self.config),
@@ -182,6 +187,7 @@ class FakeNode:
             timeouts=Timeouts(restart=restart_timeout, cri_poll=2.0),
             clock=self.clock,
             sleep=self.clock.sleep,
+            adopt=adopt,
         )
 
     def canary_sandboxes(self) -> list[Sandbox]:
