@@ -6,6 +6,7 @@
   config.toml), for the demo and for nodes managed without Kubernetes.
 - ``uninstall``: remove every table, file, label and annotation the agent owns.
 - ``canary``: prove handlers on this node now and print the results (no labels).
+- ``simulate``: N simulated Windows nodes running the real agent loop (``simulate.py``).
 
 Exit codes: 0 ok, 1 failed (the message says why), 2 usage or environment.
 """
@@ -42,6 +43,7 @@ from wcow_agent.merge import BUILTIN_RUNTIMES_1_6, BUILTIN_RUNTIMES_1_7, ConfigE
 from wcow_agent.metrics import Metrics
 from wcow_agent.plan import PlanError, load_plan
 from wcow_agent.runner import AgentLoop, RunOptions
+from wcow_agent.simulate import add_parser as _add_simulate
 from wcow_agent.state import PRISTINE_SUFFIX, STATE_SUFFIX, Paths, load_state, save_state
 from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_operator.api.validation import is_dns1123_label
@@ -569,6 +571,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(commands)
     _add_uninstall(commands)
     _add_canary(commands)
+    _add_simulate(commands)
     return parser
 
 

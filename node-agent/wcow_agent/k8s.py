@@ -84,6 +84,59 @@ class KubernetesCluster:
         load_credentials(os.environ if environ is None else environ)
         return cls(kubernetes.client.CoreV1Api())
 
+    @classmethod
+    def from_kubeconfig(cls, path: str | None = None) -> KubernetesCluster:
+        """A client with connections of its own, from a kubeconfig (``wcow-agent simulate``
+        runs many agents in one process: one client each, as on separate nodes)."""
+        api_client = kubernetes.config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
+        return cls(kubernetes.client.CoreV1Api(api_client))
+
+    def close(self) -> None:
+        self.core.api_client.close()
+
+    def register_node(
+        self,
+        name: str,
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str],
+        taints: list[dict[str, str]],
+    ) -> bool:
+        """Create a Node object (no kubelet behind it) unless one of that name exists;
+        True when created. An existing Node that is not Windows is refused."""
+        try:
+            existing = self.core.read_node(name)
+        except ApiException as error:
+            if error.status != 404:
+                raise _error(f"reading Node {name}", error) from None
+        else:
+            os_label = (existing.metadata.labels or {}).get("kubernetes.io/os")
+            if os_label != "windows":
+                raise ClusterError(
+                    f"Node {name} exists and is not a Windows node (kubernetes.io/os="
+                    f"{os_label}); choose another --name-prefix"
+                )
+            return False
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": dict(labels), "annotations": dict(annotations)},
+            "spec": {"taints": taints},
+        }
+        try:
+            self.core.create_node(body, field_manager=self.component)
+        except ApiException as error:
+            if error.status == 409:
+                return False
+            raise _error(f"creating Node {name}", error) from None
+        return True
+
+    def delete_node(self, name: str) -> None:
+        try:
+            self.core.delete_node(name)
+        except ApiException as error:
+            if error.status != 404:
+                raise _error(f"deleting Node {name}", error) from None
+
     def get_plan(self, namespace: str) -> PlanObject:
         try:
             config_map = self.core.read_namespaced_config_map(PLAN_CONFIGMAP, namespace)

@@ -38,7 +38,7 @@ from wcow_agent.host.computecore import (
 from wcow_agent.host.crictl import CrictlCri
 from wcow_agent.host.interfaces import CommandTimeoutError, ContainerdError, Host
 from wcow_agent.host.process import Completed
-from wcow_agent.merge import BUILTIN_RUNTIMES_1_6, BUILTIN_RUNTIMES_1_7
+from wcow_agent.host.simulated import effective_runtimes
 from wcow_agent.state import Paths
 from wcow_operator.api.windows_builds import WindowsBuild
 from wcow_operator.render.containerd import RUNTIMES_PATH
@@ -83,28 +83,6 @@ class Sandbox:
     labels: dict[str, str]
     state: str = "SANDBOX_READY"
     containers: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-
-def effective_runtimes(text: str | None, containerd_version: str) -> tuple[dict[str, Any], str]:
-    """(runtimes, default runtime name) containerd would run with this config.toml."""
-    major = int(containerd_version.split(".", maxsplit=1)[0])
-    minor = int(containerd_version.split(".")[1])
-    builtins: Mapping[str, Mapping[str, Any]] = (
-        BUILTIN_RUNTIMES_1_6 if (major, minor) < (1, 7) else BUILTIN_RUNTIMES_1_7
-    )
-    document = tomllib.loads(text) if text else {}
-    version = document.get("version", 1)
-    node: Any = document
-    for name in RUNTIMES_PATH.get(version, ("-",))[:-1]:
-        node = node.get(name, {}) if isinstance(node, dict) else {}
-    declared = node.get("runtimes", {}) if isinstance(node, dict) else {}
-    default = node.get("default_runtime_name", "runhcs-wcow-process")
-    if major < 2:
-        # go-toml v1 rebuilds the map: a runtimes table replaces the built-in handlers.
-        runtimes = dict(declared) if declared else {k: dict(v) for k, v in builtins.items()}
-    else:
-        runtimes = {**{k: dict(v) for k, v in builtins.items()}, **declared}
-    return runtimes, default
 
 
 class FakeNode:
