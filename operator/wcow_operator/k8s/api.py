@@ -73,9 +73,6 @@ class KubernetesApi(ClusterApi):
         timeout_seconds: float = 30.0,
     ) -> None:
         self._client = api_client
-        self._custom = client.CustomObjectsApi(api_client)
-        self._node = client.NodeV1Api(api_client)
-        self._core = client.CoreV1Api(api_client)
         self._on_error = on_error or (lambda _verb, _resource, _code: None)
         self._on_write = on_write or (lambda _verb, _resource: None)
         self._attempts = attempts
@@ -106,10 +103,6 @@ class KubernetesApi(ClusterApi):
             delay = min(delay * 2, 8.0) * random.uniform(0.8, 1.2)  # noqa: S311 - jitter
             log.warning("retrying %s %s (attempt %d)", verb, resource, attempt + 1)
         raise AssertionError("unreachable")
-
-    def _json(self, verb: str, resource: str, call: Callable[[], Any]) -> Any:
-        response = self._call(verb, resource, call)
-        return json.loads(response.data) if response.data else {}
 
     # -- watches (the informers' transport) -----------------------------------------------
 
@@ -181,17 +174,33 @@ class KubernetesApi(ClusterApi):
             response.response.release_conn()
 
     def _request(
-        self, path: str, query: list[tuple[str, str]], accept: str, timeout: float | None = None
+        self,
+        path: str,
+        query: list[tuple[str, str]],
+        accept: str,
+        timeout: float | None = None,
+        *,
+        method: str = "GET",
+        body: dict[str, Any] | None = None,
+        content_type: str | None = None,
     ) -> Any:
-        method, url, headers, _, _ = self._client.param_serialize(
-            "GET",
+        headers = {"Accept": accept}
+        if content_type:
+            headers["Content-Type"] = content_type
+        method, url, headers, payload, _ = self._client.param_serialize(
+            method,
             path,
             query_params=query,
-            header_params={"Accept": accept},
+            header_params=headers,
+            body=body,
             auth_settings=["BearerToken"],
         )
         response = self._client.call_api(
-            method, url, header_params=headers, _request_timeout=timeout or self._timeout
+            method,
+            url,
+            header_params=headers,
+            body=payload,
+            _request_timeout=timeout or self._timeout,
         )
         if not 200 <= response.status < 300:
             response.read()  # type: ignore[no-untyped-call]
@@ -202,126 +211,66 @@ class KubernetesApi(ClusterApi):
 
     @uses(("node.k8s.io", "runtimeclasses", "create", "cluster", None))
     def create_runtime_class(self, body: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = self._json(
-            "create",
-            "runtimeclasses",
-            lambda: self._node.create_runtime_class(
-                _raw(body),
-                field_manager=FIELD_MANAGER,
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            ),
-        )
-        return result
+        return self._rest("create", "runtimeclasses", "POST", _RUNTIME_CLASSES, body)
 
     @uses(("node.k8s.io", "runtimeclasses", "update", "cluster", None))
     def replace_runtime_class(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = self._json(
-            "update",
-            "runtimeclasses",
-            lambda: self._node.replace_runtime_class(
-                name,
-                _raw(body),
-                field_manager=FIELD_MANAGER,
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            ),
-        )
-        return result
+        return self._rest("update", "runtimeclasses", "PUT", f"{_RUNTIME_CLASSES}/{name}", body)
 
     @uses(("node.k8s.io", "runtimeclasses", "delete", "cluster", None))
     def delete_runtime_class(self, name: str, uid: str) -> None:
         options = {"preconditions": {"uid": uid}}
         try:
-            self._call(
-                "delete",
-                "runtimeclasses",
-                lambda: self._node.delete_runtime_class(
-                    name, body=_raw(options), _request_timeout=self._timeout
-                ),
-            )
+            self._rest("delete", "runtimeclasses", "DELETE", f"{_RUNTIME_CLASSES}/{name}", options)
         except ApiError as error:
             if error.status != 404:  # already gone: what we wanted
                 raise
 
     @uses(("", "configmaps", "create", "namespace", None))
     def create_config_map(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = self._json(
-            "create",
-            "configmaps",
-            lambda: self._core.create_namespaced_config_map(
-                namespace,
-                _raw(body),
-                field_manager=FIELD_MANAGER,
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            ),
-        )
-        return result
+        path = f"/api/v1/namespaces/{namespace}/configmaps"
+        return self._rest("create", "configmaps", "POST", path, body)
 
     @uses(("", "configmaps", "update", "namespace", PLAN_CONFIGMAP))
     def replace_config_map(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = self._json(
-            "update",
-            "configmaps",
-            lambda: self._core.replace_namespaced_config_map(
-                name,
-                namespace,
-                _raw(body),
-                field_manager=FIELD_MANAGER,
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            ),
-        )
-        return result
+        path = f"/api/v1/namespaces/{namespace}/configmaps/{name}"
+        return self._rest("update", "configmaps", "PUT", path, body)
 
     @uses((GROUP, PLURAL, "patch", "cluster", None))
     def patch_profile(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = self._json(
-            "patch",
-            PLURAL,
-            lambda: self._custom.patch_cluster_custom_object(
-                GROUP,
-                VERSION,
-                PLURAL,
-                name,
-                patch,
-                field_manager=FIELD_MANAGER,
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            ),
-        )
-        return result
+        return self._rest("patch", PLURAL, "PATCH", f"{_PROFILES}/{name}", patch)
 
     @uses((GROUP, f"{PLURAL}/status", "patch", "cluster", None))
     def patch_profile_status(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = self._json(
-            "patch",
-            f"{PLURAL}/status",
-            lambda: self._custom.patch_cluster_custom_object_status(
-                GROUP,
-                VERSION,
-                PLURAL,
-                name,
-                patch,
-                field_manager=FIELD_MANAGER,
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            ),
-        )
-        return result
+        path = f"{_PROFILES}/{name}/status"
+        return self._rest("patch", f"{PLURAL}/status", "PATCH", path, patch)
 
     @uses(("", "events", "create", "cluster", None))
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
-        self._json(  # reads the answer, so the connection goes back to the pool
-            "create",
-            "events",
-            lambda: self._core.create_namespaced_event(
-                namespace, _raw(body), _preload_content=False, _request_timeout=self._timeout
-            ),
-        )
+        self._rest("create", "events", "POST", f"/api/v1/namespaces/{namespace}/events", body)
+
+    def _rest(
+        self, verb: str, resource: str, method: str, path: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """One JSON request (writes carry the field manager; patches are merge patches)."""
+        query = [("fieldManager", FIELD_MANAGER)] if method in ("POST", "PUT", "PATCH") else []
+        content = "application/merge-patch+json" if method == "PATCH" else "application/json"
+
+        def call() -> Any:
+            return self._request(
+                path, query, "application/json", method=method, body=body, content_type=content
+            )
+
+        response = self._call(verb, resource, call)
+        data = response.read()
+        result: dict[str, Any] = json.loads(data) if data else {}
+        return result
 
 
+# The typed API classes of the kubernetes client cost memory (CoreV1Api alone about 85 MiB
+# of validators in client 37): the operator speaks JSON over the client's connection pool.
+_PROFILES = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
+_RUNTIME_CLASSES = "/apis/node.k8s.io/v1/runtimeclasses"
 # Nodes are large (images, conditions): their watch asks for metadata only.
 _METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 _METADATA_OBJECT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
@@ -345,11 +294,6 @@ def _lines(response: Any) -> Iterator[bytes]:
         yield from (line for line in complete if line.strip())
     if buffer.strip():
         yield buffer
-
-
-def _raw(body: dict[str, Any]) -> Any:
-    """The client's signatures name model classes; it sends plain dicts as they are."""
-    return body
 
 
 def _retry_after(error: ApiException) -> float | None:
