@@ -299,6 +299,25 @@ def test_node_counts_and_failures_come_from_agents_and_labels() -> None:
     assert "n2: CanaryTimeout" in nodes_ready["message"]
 
 
+def test_nodes_whose_containerd_drops_a_setting_are_named_in_the_failures() -> None:
+    """A node whose containerd line cannot honour the handler (its agent says NotEligible,
+    ContainerdTooOld) is not counted as eligible, but the profile says which nodes and why,
+    instead of a silent 0/0."""
+    nodes = [
+        windows_node("n1", {"hv": ("Ready", "CanaryPassed")}, ready=("hv",)),
+        windows_node("n2", {"hv": ("NotEligible", "ContainerdTooOld")}),
+        windows_node("n3", {"hv": ("NotEligible", "HostBuildTooOld")}),
+    ]
+    outcome = run(observed(profile_body("hv"), nodes=nodes))
+    status = outcome.statuses["hv"]
+    assert status["nodes"] == {"eligible": 1, "ready": 1, "failed": 0}
+    assert status["failures"] == [
+        {"node": "n2", "reason": "ContainerdTooOld", "message": "ContainerdTooOld on n2"}
+    ]
+    message = condition(outcome, "hv", "NodesReady")["message"]
+    assert "1 Windows nodes cannot run it (ContainerdTooOld" in message
+
+
 def test_ready_when_every_eligible_node_is_ready() -> None:
     nodes = [windows_node("n1", {"hv": ("Ready", "CanaryPassed")}, ready=("hv",))]
     state, _ = converge(observed(profile_body("hv"), nodes=nodes))

@@ -19,6 +19,9 @@ from wcow_operator.reconcile.model import ObservedNode
 from wcow_operator.render.runtimeclass import READY_VALUE, ready_label
 
 MAX_FAILURES = 5
+# NotEligible reasons that a platform team can act on (the node's containerd drops settings
+# the handler needs): listed with the failures, though the node is not counted as eligible.
+ACTIONABLE_INELIGIBILITY = frozenset({"ContainerdTooOld"})
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class NodeSummary:
     failed: int = 0
     failures: list[NodeFailure] = field(default_factory=list)
     without_agent: int = 0  # Windows nodes with no readable agent status
+    ineligible: int = 0  # nodes that cannot run it for an actionable reason (in failures)
 
 
 def parse_agent_status(raw: str | None) -> AgentStatus | None:
@@ -41,10 +45,12 @@ def parse_agent_status(raw: str | None) -> AgentStatus | None:
 
 @dataclass(frozen=True)
 class HandlerStanding:
-    """Where one node stands for one handler it reports (NotEligible ones are left out)."""
+    """Where one node stands for one handler it reports (NotEligible ones are left out,
+    but for the actionable reasons)."""
 
     ready: bool
     failure: NodeFailure | None  # Failed or Conflict, and not labelled ready
+    eligible: bool = True
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,9 @@ def contribution(node: ObservedNode) -> Contribution:
     standings: dict[str, HandlerStanding] = {}
     for handler, entry in status.handlers.items():
         if entry.state == "NotEligible":
+            if entry.reason in ACTIONABLE_INELIGIBILITY:
+                note = NodeFailure(node=node.name, reason=entry.reason, message=entry.message)
+                standings[handler] = HandlerStanding(False, note, eligible=False)
             continue
         ready = node.labels.get(ready_label(handler)) == READY_VALUE
         failure = None
@@ -77,6 +86,10 @@ class _Counts:
     eligible: int = 0
     ready: int = 0
     failures: dict[str, NodeFailure] = field(default_factory=dict)  # by node name
+    ineligible: dict[str, NodeFailure] = field(default_factory=dict)  # actionable, by node
+
+    def empty(self) -> bool:
+        return not (self.eligible or self.ineligible)
 
 
 class NodeTally:
@@ -99,14 +112,15 @@ class NodeTally:
             return
         for handler, standing in part.handlers.items():
             counts = self._counts.setdefault(handler, _Counts())
-            counts.eligible += sign
+            listed = counts.failures if standing.eligible else counts.ineligible
+            counts.eligible += sign if standing.eligible else 0
             counts.ready += sign if standing.ready else 0
             if standing.failure is not None:
                 if sign > 0:
-                    counts.failures[node] = standing.failure
+                    listed[node] = standing.failure
                 else:
-                    counts.failures.pop(node, None)
-            if counts.eligible == 0:
+                    listed.pop(node, None)
+            if counts.empty():
                 del self._counts[handler]
 
     def remove(self, node: str, part: Contribution) -> None:
@@ -114,13 +128,20 @@ class NodeTally:
 
     def summary(self, handler: str) -> NodeSummary:
         counts = self._counts.get(handler, _Counts())
-        first = heapq.nsmallest(MAX_FAILURES, counts.failures)  # by node name, stable
+        # Failures first, then nodes that cannot run it for a reason one can fix; each by
+        # node name.
+        first = [
+            listed[name]
+            for listed in (counts.failures, counts.ineligible)
+            for name in heapq.nsmallest(MAX_FAILURES, listed)
+        ][:MAX_FAILURES]
         return NodeSummary(
             eligible=counts.eligible,
             ready=counts.ready,
             failed=len(counts.failures),
-            failures=[counts.failures[name] for name in first],
+            failures=first,
             without_agent=self._without_agent,
+            ineligible=len(counts.ineligible),
         )
 
     def copy(self) -> NodeTally:
@@ -128,7 +149,7 @@ class NodeTally:
         twin = NodeTally()
         twin._without_agent = self._without_agent
         twin._counts = {
-            handler: _Counts(c.eligible, c.ready, dict(c.failures))
+            handler: _Counts(c.eligible, c.ready, dict(c.failures), dict(c.ineligible))
             for handler, c in self._counts.items()
         }
         return twin
@@ -144,6 +165,13 @@ def describe(summary: NodeSummary) -> str:
     if summary.failed:
         first = ", ".join(f"{f.node}: {f.reason}" for f in summary.failures)
         parts.append(f"{summary.failed} failed ({first})")
+    if summary.ineligible:
+        reasons = sorted(
+            {f.reason for f in summary.failures if f.reason in ACTIONABLE_INELIGIBILITY}
+        )
+        parts.append(
+            f"{summary.ineligible} Windows nodes cannot run it ({', '.join(reasons)}: see failures)"
+        )
     if summary.without_agent:
         parts.append(f"{summary.without_agent} Windows nodes report no agent status yet")
     return "; ".join(parts)
