@@ -44,6 +44,29 @@ def observed_node(obj: dict[str, Any]) -> ObservedNode:
     return ObservedNode(name=str(metadata.get("name", "")), labels=labels, agent_status=raw)
 
 
+def kept(kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
+    """What the cache keeps of an object: never managedFields (they can outweigh the rest),
+    and of a Node only its name, version, ready labels and agent report. Applied to each
+    item as it arrives, so a list of thousands of Nodes is never held whole."""
+    metadata = obj.get("metadata") or {}
+    if kind == "nodes":
+        annotations = metadata.get("annotations") or {}
+        slim: dict[str, Any] = {
+            "name": metadata.get("name"),
+            "resourceVersion": metadata.get("resourceVersion"),
+            "labels": {
+                k: v
+                for k, v in (metadata.get("labels") or {}).items()
+                if k.startswith(READY_LABEL_PREFIX)
+            },
+            "annotations": {k: v for k, v in annotations.items() if k == AGENT_STATUS_ANNOTATION},
+        }
+        return {"metadata": slim}
+    if "managedFields" not in metadata:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
+
+
 class ClusterCache:
     """Thread-safe: watches write from their threads, the reconciler reads a snapshot."""
 
@@ -96,6 +119,7 @@ class ClusterCache:
 
     def wrote(self, kind: Kind, obj: dict[str, Any]) -> None:
         """The API server's answer to a write: newer than anything the watch delivered."""
+        obj = kept(kind, obj)
         name = str(obj["metadata"]["name"])
         with self._lock:
             version = _version(obj)

@@ -20,7 +20,7 @@ from typing import Any
 
 from wcow_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from wcow_operator.controller.api import ClusterApi, Watched, WatchExpiredError
-from wcow_operator.controller.cache import ClusterCache
+from wcow_operator.controller.cache import ClusterCache, kept
 from wcow_operator.render.plan import PLAN_CONFIGMAP
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def list_all(
     token: str | None = None
     while True:
         page = api.list_page(watched, token, page_size)
-        items.extend(page.items)
+        items.extend(kept(watched.kind, item) for item in page.items)
         token = page.continue_token
         if not token:
             return items, page.resource_version
@@ -105,5 +105,5 @@ def _follow(
         obj = event.get("object") or {}
         version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
         if kind in ("ADDED", "MODIFIED", "DELETED"):
-            cache.apply(watched.kind, kind, obj)
+            cache.apply(watched.kind, kind, kept(watched.kind, obj))
     return version
