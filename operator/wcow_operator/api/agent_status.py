@@ -48,5 +48,8 @@ class AgentStatus(_Model):
     config_version: int | None = None
     """Schema version of the node's config.toml (2, 3 or 4)."""
     applied_plan_hash: str | None = None
+    attempted_plan_hash: str | None = None
+    """The plan the agent last tried to apply (equal to applied_plan_hash once it succeeded;
+    the operator reads a difference as a failed attempt of the rollout)."""
     updated_at: str | None = None
     handlers: dict[str, HandlerStatus] = {}

@@ -1,0 +1,76 @@
+"""The rollout: which nodes may change their containerd config to the current plan.
+
+The operator writes the plan (what every node should have) and, beside it, the ConfigMap
+``wcow-runtime-rollout`` (who may change now). A node agent changes config.toml to a plan
+only when the rollout is for that plan and names the node, so a change reaches at most
+``maxUnavailable`` nodes at a time; while the operator is down nobody new gets permission.
+Both sides use this model, so the format cannot drift between them.
+
+Shape of ``data["rollout.json"]``::
+
+    {"schemaVersion": 1,
+     "planHash": "sha256:...",            # the plan this rollout is for
+     "changedHandlers": ["hv", "proc"],   # what differs from the plan before it
+     "maxUnavailable": 3,                 # nodes applying at once (resolved count)
+     "permitted": {"node-a": "2026-11-23T08:00:00Z", ...},   # node -> granted at
+     "halted": {"reason": "NodeFailed", "message": "...", "since": "...",
+                "nodes": [{"node": "node-b", "reason": "CanaryFailed", "message": "..."}]},
+     "resumedBy": "token"}                # the resume annotation value last honoured
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from wcow_operator.api.v1alpha1 import NodeFailure
+
+ROLLOUT_CONFIGMAP: Final = "wcow-runtime-rollout"
+ROLLOUT_KEY: Final = "rollout.json"
+# On the plan ConfigMap: set by the operator, which paces. A plan without it (written by
+# `wcow render` for GitOps without the operator) is applied by every node at once.
+PACED_ANNOTATION: Final = "runtime.wcow.dev/rollout"
+PACED_VALUE: Final = "paced"
+# On a profile: a new value resumes a halted rollout (kubectl annotate --overwrite).
+RESUME_ANNOTATION: Final = "runtime.wcow.dev/resume-rollout"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True
+    )
+
+
+class Halt(_Model):
+    reason: Annotated[str, Field(max_length=128)]
+    message: Annotated[str, Field(max_length=1024)] = ""
+    since: str
+    nodes: list[NodeFailure] = []
+
+
+class Rollout(_Model):
+    schema_version: Literal[1] = 1
+    plan_hash: str
+    changed_handlers: list[str] = []
+    max_unavailable: Annotated[int, Field(ge=1)]
+    permitted: dict[str, str] = {}
+    halted: Halt | None = None
+    resumed_by: str | None = None
+
+
+def parse_rollout(text: str | None) -> Rollout | None:
+    """The rollout in a ConfigMap's data, None when absent or unreadable (then nobody may
+    change: an unreadable rollout must not open the gate)."""
+    if not text:
+        return None
+    try:
+        return Rollout.model_validate_json(text)
+    except ValidationError:
+        return None
+
+
+def may_change(rollout: Rollout | None, plan_hash: str, node: str) -> bool:
+    """Whether ``node`` may change its config.toml to the plan ``plan_hash``."""
+    return rollout is not None and rollout.plan_hash == plan_hash and node in rollout.permitted
