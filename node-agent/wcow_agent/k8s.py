@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import datetime
 import os
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import kubernetes
+import urllib3
 
 from wcow_agent.cluster import (
     FIELD_MANAGER,
@@ -77,6 +79,9 @@ class KubernetesCluster:
         self.core = core
         self.watch_factory = watch_factory or kubernetes.watch.Watch
         self.component = component
+        self._watches: set[Any] = set()
+        self._lock = threading.Lock()
+        self._closed = False
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> KubernetesCluster:
@@ -91,7 +96,18 @@ class KubernetesCluster:
         api_client = kubernetes.config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
         return cls(kubernetes.client.CoreV1Api(api_client))
 
+    def closed(self) -> bool:
+        with self._lock:
+            return self._closed
+
     def close(self) -> None:
+        """Abort open watches (``Watch.stop`` shuts their sockets down, so a thread blocked
+        reading one returns) and close the connections."""
+        with self._lock:
+            self._closed = True
+            watches = list(self._watches)
+        for watch in watches:
+            watch.stop()
         self.core.api_client.close()
 
     def register_node(
@@ -150,6 +166,10 @@ class KubernetesCluster:
         self, namespace: str, resource_version: str | None, timeout_seconds: int
     ) -> Iterator[PlanObject]:
         watch = self.watch_factory()
+        with self._lock:
+            if self._closed:
+                return
+            self._watches.add(watch)
         kwargs: dict[str, Any] = {
             "field_selector": f"metadata.name={PLAN_CONFIGMAP}",
             "timeout_seconds": timeout_seconds,
@@ -169,7 +189,15 @@ class KubernetesCluster:
                     yield _plan_object(event["object"], deleted=kind == "DELETED")
         except ApiException as error:
             raise _error("watching the plan ConfigMap", error) from None
+        except urllib3.exceptions.HTTPError as error:
+            # A dropped connection is a failed watch (the runner lists again), not a crash
+            # of the watch thread; after close() it is the end of the watch.
+            if self.closed():
+                return
+            raise ClusterError(f"watching the plan ConfigMap: {error}") from None
         finally:
+            with self._lock:
+                self._watches.discard(watch)
             watch.stop()
 
     def get_node(self, name: str) -> NodeObject:

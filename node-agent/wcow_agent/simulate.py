@@ -128,6 +128,9 @@ class SimulatedAgent:
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
 
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def _new_loop(self) -> AgentLoop:
         self._stop = threading.Event()
         if self._stopped.is_set():
@@ -184,6 +187,7 @@ class Fleet:
         self.nodes: dict[str, SimulatedNode] = {}
         self.agents: dict[str, SimulatedAgent] = {}
         self.created: list[str] = []
+        self.deleted: list[str] = []
         self._clusters: list[FleetCluster] = []
         self._admin: FleetCluster | None = None
 
@@ -221,13 +225,12 @@ class Fleet:
         deadline = time.monotonic() + timeout
         for agent in self.agents.values():
             agent.join(max(0.1, deadline - time.monotonic()))
-        problems = [
-            f"agent of {n} did not stop" for n, a in self.agents.items() if a._thread.is_alive()
-        ]
+        problems = [f"agent of {n} did not stop" for n, a in self.agents.items() if a.alive()]
         if cleanup and self._admin is not None:
             for name in self.created:
                 try:
                     self._admin.delete_node(name)
+                    self.deleted.append(name)
                 except Exception as error:  # noqa: BLE001 - report every node not deleted
                     problems.append(f"Node {name} not deleted: {error}")
         for cluster in [*self._clusters, *([self._admin] if self._admin else [])]:
@@ -386,8 +389,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         problems = fleet.stop(cleanup=args.cleanup)
         for problem in problems:
             print(f"warning: {problem}", file=sys.stderr)
-        if fleet.created and args.cleanup:
-            print(f"deleted {len(fleet.created)} Node(s) this run created", file=sys.stderr)
+        if fleet.deleted:
+            print(f"deleted {len(fleet.deleted)} Node(s) this run created", file=sys.stderr)
         if journal is not None:
             journal.close()
         if temporary:

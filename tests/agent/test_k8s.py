@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -138,6 +139,37 @@ def test_an_expired_watch_asks_for_a_new_list() -> None:
     cluster = KubernetesCluster(core, watch_factory=lambda: FakeWatch(core, [expired]))
     with pytest.raises(WatchExpiredError, match="too old"):
         list(cluster.watch_plan("wcow-system", "1", 10))
+
+
+class BrokenWatch(FakeWatch):
+    """A watch whose connection drops after its events (the server restarted, a proxy cut
+    it, or ``close()`` shut the socket down)."""
+
+    def stream(self, func: Any, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        yield from super().stream(func, *args, **kwargs)
+        raise urllib3.exceptions.ProtocolError("Connection broken: IncompleteRead")
+
+
+def test_a_dropped_watch_connection_is_a_cluster_error_not_a_crash() -> None:
+    """The runner lists again after a ClusterError; any other exception would end the plan
+    watch thread and the agent would never see a new plan."""
+    core = FakeCore()
+    cluster = KubernetesCluster(core, watch_factory=lambda: BrokenWatch(core, []))
+    with pytest.raises(ClusterError, match="Connection broken"):
+        list(cluster.watch_plan("wcow-system", "1", 10))
+
+
+def test_close_stops_open_watches_and_ends_them_quietly() -> None:
+    core = FakeCore()
+    core.api_client = client.ApiClient()  # type: ignore[attr-defined]
+    watch = BrokenWatch(core, [{"type": "MODIFIED", "object": config_map("42", "{}")}])
+    cluster = KubernetesCluster(core, watch_factory=lambda: watch)
+    stream = cluster.watch_plan("wcow-system", "1", 10)
+    assert next(stream).resource_version == "42"
+    cluster.close()
+    assert watch.stopped
+    assert list(stream) == []  # the broken connection after close() ends the watch
+    assert list(cluster.watch_plan("wcow-system", "1", 10)) == []  # no new watch once closed
 
 
 def test_node_patch_is_a_merge_of_labels_and_annotations_by_the_agent() -> None:
