@@ -100,7 +100,6 @@ def test_each_runtime_class_field_change_replaces_it() -> None:
         {"scheduling": {"nodeSelector": {"pool": "a"}}},
         {"scheduling": {"tolerations": [{"key": "os", "operator": "Exists"}]}},
         {"scheduling": {"requireReadyLabel": False}},
-        {"sandbox": {"platform": "windows/arm64"}},
     ):
         body = profile_body("hv", generation=2, status=state.profiles[0].status, **spec)
         changed = observed(

@@ -146,6 +146,11 @@ CROSS_FIELD_INVALID = [
         scheduling={"tolerations": [{"key": "os", "effect": "NoSchedule", "tolerationSeconds": 1}]}
     ),
     profile_document(name="has.dots"),
+    # issue 12: promises Windows does not keep are refused by the server too
+    profile_document(sandbox={"image": "mcr.microsoft.com/oss/kubernetes/pause:3.9"}),
+    profile_document(sandbox={"platform": "windows/arm64"}),
+    profile_document(annotations={"pod": ["containerd.io/snapshot/*"]}),
+    profile_document(annotations={"container": ["io.microsoft.container.*", "a/b/c*"]}),
 ]
 
 

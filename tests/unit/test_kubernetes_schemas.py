@@ -34,7 +34,7 @@ def test_every_option_combination_validates(make_profile: MakeProfile) -> None:
     profile = make_profile(
         "full",
         handler="full-handler",
-        sandbox={"platform": "windows/arm64"},
+        sandbox={"platform": "windows/amd64"},
         vm={"processorCount": 8, "memoryMB": 16384, "fullyPhysicallyBacked": True},
         overhead={"podFixed": {"cpu": "250m", "memory": "1.5Gi"}},
         scheduling={

@@ -183,11 +183,9 @@ def test_unknown_fields_are_refused_as_misspelt() -> None:
     ("key", "suggestion"),
     [
         ("sandbox_isolation", None),  # refused as a first-class field instead
-        ("scrublogs", "ScrubLogs"),
         ("ScrubLog", "ScrubLogs"),
         ("nc_proxy_addr", "NCProxyAddr"),
-        ("defaultContainerAnnotations", "DefaultContainerAnnotations"),
-        ("ScaleCPULimitsToSandbox", None),
+        ("ScaleCPULimitsToSandbox", None),  # other casings: tests/unit/test_honest_fields.py
     ],
 )
 def test_misspelt_runhcs_options_are_refused_with_the_right_spelling(
@@ -206,7 +204,7 @@ def test_misspelt_runhcs_options_are_refused_with_the_right_spelling(
         ("SandboxIsolation", "spec.isolation"),
         ("VmMemorySizeInMb", "spec.vm.memoryMB"),
         ("VmProcessorCount", "spec.vm.processorCount"),
-        ("SandboxImage", "spec.sandbox.image"),
+        ("SandboxImage", "pinned_images.sandbox"),
         ("NoInheritHostTimezone", "inheritHostTimezone"),
         ("DefaultContainerScratchSizeInGb", "no hcsshim release reads"),
         ("ScaleCpuLimitsToSandbox", "spec.vm.scaleCpuLimitsToSandbox"),

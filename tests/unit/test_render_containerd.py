@@ -24,7 +24,6 @@ def options_of(make_profile: MakeProfile, **spec: object) -> dict[str, object]:
 def test_hyperv_handler_uses_go_field_names_and_integer_enums(make_profile: MakeProfile) -> None:
     profile = make_profile(
         vm={"processorCount": 4, "memoryMB": 8192},
-        sandbox={"image": "mcr.microsoft.com/oss/kubernetes/pause:3.9"},
     )
     table = runtime_table(profile)
     assert table == {
@@ -34,7 +33,6 @@ def test_hyperv_handler_uses_go_field_names_and_integer_enums(make_profile: Make
         "options": {
             "SandboxIsolation": 1,
             "SandboxPlatform": "windows/amd64",
-            "SandboxImage": "mcr.microsoft.com/oss/kubernetes/pause:3.9",
             "VmProcessorCount": 4,
             "VmMemorySizeInMb": 8192,
             "ScaleCpuLimitsToSandbox": True,

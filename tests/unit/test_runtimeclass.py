@@ -80,7 +80,7 @@ def test_user_selector_and_tolerations_are_merged(make_profile: MakeProfile) -> 
     toleration = {"key": "os", "operator": "Equal", "value": "windows", "effect": "NoSchedule"}
     rc = render_runtime_class(
         make_profile(
-            sandbox={"platform": "windows/arm64"},
+            sandbox={"platform": "windows/amd64"},
             scheduling={
                 "nodeSelector": {"pool": "hyperv"},
                 "tolerations": [toleration, toleration, {"operator": "Exists"}],
@@ -88,7 +88,7 @@ def test_user_selector_and_tolerations_are_merged(make_profile: MakeProfile) -> 
         )
     )
     assert rc["scheduling"]["nodeSelector"]["pool"] == "hyperv"
-    assert rc["scheduling"]["nodeSelector"]["kubernetes.io/arch"] == "arm64"
+    assert rc["scheduling"]["nodeSelector"]["kubernetes.io/arch"] == "amd64"
     assert rc["scheduling"]["tolerations"] == [toleration, {"operator": "Exists"}]
 
 

@@ -1,10 +1,14 @@
 """The runhcs shim options (``containerd.runhcs.v1.Options``) a profile may set by name.
 
-containerd decodes ``[...runtimes.<h>.options]`` into hcsshim's Options struct with go-toml,
-and drops any key it does not recognise without a word (and on containerd 1.x also any key
-whose casing differs from the Go field name). So every key is checked here against the
-Go field names, with a suggestion for near misses. Source: hcsshim
-``cmd/containerd-shim-runhcs-v1/options/runhcs.proto`` (see the reference fact sheet, section 1).
+containerd decodes ``[...runtimes.<h>.options]`` into hcsshim's Options struct with go-toml
+and drops any key it does not recognise without a word (snake_case proto names included).
+Casing is where the lines differ: containerd 1.x (go-toml v1) matches the Go field name, its
+all-lowercase form and its lower-first form; 2.x (go-toml v2) matches any casing. So every
+key must be the exact Go field name: a misspelt one would do nothing, and a miscased one
+would do something on some containerd lines and nothing on others (and would escape the
+checks that look options up by name). Source: hcsshim
+``cmd/containerd-shim-runhcs-v1/options/runhcs.proto`` (see the reference fact sheet,
+sections 1 and 8).
 """
 
 from __future__ import annotations
@@ -38,7 +42,12 @@ RUNHCS_OPTIONS: dict[str, OptionSpec] = {
     "Debug": OptionSpec(bool, refusal="set spec.containerd.debug instead"),
     "DebugType": OptionSpec(int, refusal="set spec.containerd.debugType instead"),
     "RegistryRoot": OptionSpec(str, refusal="hcsshim does not read RegistryRoot"),
-    "SandboxImage": OptionSpec(str, refusal="set spec.sandbox.image instead"),
+    "SandboxImage": OptionSpec(
+        str,
+        refusal="no hcsshim reads SandboxImage and no containerd uses it; the pause image is "
+        "node-wide: sandbox_image in containerd 1.x's CRI plugin, pinned_images.sandbox in "
+        "containerd 2.x's io.containerd.cri.v1.images plugin",
+    ),
     "SandboxPlatform": OptionSpec(str, refusal="set spec.sandbox.platform instead"),
     "SandboxIsolation": OptionSpec(int, refusal="set spec.isolation instead"),
     "BootFilesRootPath": OptionSpec(str),
@@ -73,16 +82,22 @@ RUNHCS_OPTIONS: dict[str, OptionSpec] = {
         "false instead (it uses the io.microsoft.virtualmachine.wcow.timezone.noinherit "
         "annotation, which hcsshim honours)",
     ),
+    # hcsshim up to v0.15.0-rc.1: a plain bool, scrubbing only when true. From v0.15.0-rc.2
+    # an optional bool: unset means scrubbing on, only an explicit false turns it off, and
+    # only a containerd whose own hcsshim has the optional field (2.4+) can send a false
+    # (proto3 drops a plain false). So the renderer writes ScrubLogs only when a profile sets it.
     "ScrubLogs": OptionSpec(bool),
 }
 
 # What containerd's TOML decoders accept besides the exact Go name (see the fact sheet):
-# go-toml v1 (containerd 1.x) matches the exact name, all-lowercase or lower-first only.
+# go-toml v1 (containerd 1.x) matches the exact name, all-lowercase or lower-first only;
+# go-toml v2 (containerd 2.x) matches any casing.
 _CONTAINERD_1X_ALIASES = {
     variant: name
     for name in RUNHCS_OPTIONS
     for variant in (name.lower(), name[0].lower() + name[1:])
 }
+_ANY_CASING = {name.lower(): name for name in RUNHCS_OPTIONS}
 
 
 def suggest_option(key: str) -> str | None:
@@ -102,18 +117,36 @@ def check_option(key: str, value: Any) -> Any:
     """
     spec = RUNHCS_OPTIONS.get(key)
     if spec is None:
-        hint = suggest_option(key)
-        canonical = _CONTAINERD_1X_ALIASES.get(key)
-        if canonical is not None:
-            hint = canonical
-        did_you_mean = f"; did you mean {hint!r}?" if hint else ""
-        raise ValueError(
-            f"unknown runhcs option {key!r}: containerd would silently ignore it{did_you_mean} "
-            f"(known options: {', '.join(sorted(RUNHCS_OPTIONS))})"
-        )
+        raise ValueError(_unknown(key))
     if spec.refusal is not None:
         raise ValueError(f"option {key!r} may not be set here: {spec.refusal}")
     return _check_type(key, spec, value)
+
+
+def _unknown(key: str) -> str:
+    canonical = _ANY_CASING.get(key.lower())
+    if canonical is not None:
+        if key in _CONTAINERD_1X_ALIASES:
+            decoded = "containerd 1.x and 2.x decode it"
+        else:
+            decoded = "containerd 2.x decodes it but 1.x drops it"
+        refusal = RUNHCS_OPTIONS[canonical].refusal
+        fix = (
+            f"and {canonical!r} itself may not be set here: {refusal}"
+            if refusal
+            else f"write the Go field name {canonical!r}"
+        )
+        return (
+            f"runhcs option {key!r} is {canonical!r} in another casing: {decoded} into "
+            f"{canonical}, so what it does would depend on the node's containerd line and "
+            f"wcow-runtime's checks would not see it; {fix}"
+        )
+    hint = suggest_option(key)
+    did_you_mean = f"; did you mean {hint!r}?" if hint else ""
+    return (
+        f"unknown runhcs option {key!r}: containerd would silently ignore it{did_you_mean} "
+        f"(known options: {', '.join(sorted(RUNHCS_OPTIONS))})"
+    )
 
 
 def _check_type(key: str, spec: OptionSpec, value: Any) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Final, Literal, Self
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -24,6 +25,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
 from wcow_operator.api import runhcs_options
+from wcow_operator.api.annotation_patterns import pattern_problem
 from wcow_operator.api.validation import (
     DNS1123_LABEL_MAX,
     DNS1123_LABEL_PATTERN,
@@ -40,6 +42,7 @@ from wcow_operator.api.windows_builds import (
     WINDOWS_BUILD_LABEL,
     WINDOWS_BUILD_PATTERN,
     WindowsBuild,
+    check_profile_build,
     parse_windows_build,
 )
 
@@ -134,12 +137,58 @@ class _Model(BaseModel):
     )
 
 
+# spec.sandbox.image was removed: it rendered the runhcs option SandboxImage, which no
+# hcsshim reads and no containerd uses (the pause image is node-wide).
+_SANDBOX_IMAGE_WHY = (
+    "it set the runhcs option SandboxImage, which no hcsshim reads and no "
+    "containerd uses, so it never chose the pause image. The pause (sandbox) image is one per "
+    "node: set sandbox_image in the CRI plugin of config.toml on containerd 1.x, or "
+    "pinned_images.sandbox in the io.containerd.cri.v1.images plugin on containerd 2.x, and "
+    "delete spec.sandbox.image"
+)
+SANDBOX_IMAGE_REMOVED = f"was removed: {_SANDBOX_IMAGE_WHY}"
+ARM64_REFUSED = (
+    "is not supported: the wcow-runtime node agent runs only on amd64 nodes (its DaemonSet "
+    "selects kubernetes.io/arch=amd64), so no node would ever prove a windows/arm64 handler "
+    "ready; use windows/amd64"
+)
+
+
+def _sandbox_schema(schema: JsonDict) -> None:
+    # Declared only so the API server refuses it with the reason instead of pruning it quietly.
+    properties = schema.setdefault("properties", {})
+    assert isinstance(properties, dict)
+    properties["image"] = {
+        "type": "string",
+        "maxLength": MAX_STRING,
+        "description": f"Removed, and refused when set: {_SANDBOX_IMAGE_WHY}.",
+    }
+    schema["x-kubernetes-validations"] = [
+        cel("!has(self.image)", f"spec.sandbox.image {SANDBOX_IMAGE_REMOVED}", ".image"),
+        cel("self.platform == 'windows/amd64'", f"{ARM64_REFUSED}", ".platform"),
+    ]
+
+
 class SandboxSpec(_Model):
-    image: FreeText | None = None
-    """Sandbox image for the handler (runhcs option SandboxImage)."""
-    platform: Literal["windows/amd64", "windows/arm64"] = DEFAULT_PLATFORM
+    model_config = ConfigDict(json_schema_extra=_sandbox_schema)
+
+    platform: Literal["windows/amd64"] = DEFAULT_PLATFORM
     """OS/architecture of the sandbox (runhcs option SandboxPlatform); also selects
-    nodes by kubernetes.io/arch."""
+    nodes by kubernetes.io/arch. Only windows/amd64: the node agent runs on amd64 nodes."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_image(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "image" in data:
+            raise FieldError("image", SANDBOX_IMAGE_REMOVED)
+        return data
+
+    @field_validator("platform", mode="before")
+    @classmethod
+    def _amd64_only(cls, value: Any) -> Any:
+        if value == "windows/arm64":
+            raise ValueError(f"{value} {ARM64_REFUSED}")
+        return value
 
 
 class VMSpec(_Model):
@@ -168,9 +217,10 @@ class VMSpec(_Model):
     processor_limit: Annotated[int, Field(ge=1, le=100000)] | None = None
     """Cap on the VM's processor use, in thousandths of a percent of its processors
     (100000 = 100 %); annotation io.microsoft.virtualmachine.computetopology.processor.limit."""
-    processor_weight: Annotated[int, Field(ge=0, le=10000)] | None = None
+    processor_weight: Annotated[int, Field(ge=1, le=10000)] | None = None
     """Relative processor weight against other VMs (hcsshim default 100); annotation
-    io.microsoft.virtualmachine.computetopology.processor.weight."""
+    io.microsoft.virtualmachine.computetopology.processor.weight. At least 1: hcsshim
+    treats 0 as unset."""
     fully_physically_backed: bool = False
     """Back all VM memory with physical memory, no overcommit: the "reserve" class.
     Annotation io.microsoft.virtualmachine.fullyphysicallybacked."""
@@ -343,14 +393,42 @@ class SchedulingSpec(_Model):
         return value
 
 
+def _annotation_pattern(pattern: str) -> str:
+    problem = pattern_problem(pattern)
+    if problem is not None:
+        raise ValueError(problem)
+    return pattern
+
+
+AnnotationPattern = Annotated[FreeText, AfterValidator(_annotation_pattern)]
+# The part of pattern_problem the API server can check cheaply: at most one '/'.
+_ONE_SLASH = "!{0}.exists(p, p.matches('/.*/'))"
+_ONE_SLASH_MESSAGE = (
+    "a pattern has more than one '/': annotation keys are [prefix/]name, so it can never match"
+)
+
+
 class AnnotationsSpec(_Model):
     """Which pod and container annotations containerd passes to the shim (glob patterns,
-    Go path.Match syntax). Omitted: containerd's Windows defaults for the isolation."""
+    Go path.Match syntax). Omitted: containerd's Windows defaults for the isolation.
+    A pattern no Kubernetes annotation key can match (more than one '/', a prefix that is
+    not a DNS subdomain, a name that is not 1-63 letters, digits, '-', '_' or '.') or a
+    malformed glob (containerd ignores its error and matches nothing) is refused."""
 
-    pod: Annotated[list[FreeText], Field(max_length=MAX_LIST)] | None = None
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(f"!has(self.{field}) || {_ONE_SLASH.format('self.' + field)}",
+                    _ONE_SLASH_MESSAGE, f".{field}")
+                for field in ("pod", "container")
+            ]
+        }
+    )  # fmt: skip
+
+    pod: Annotated[list[AnnotationPattern], Field(max_length=MAX_LIST)] | None = None
     """Pod annotations allowed through (pod_annotations). Default: io.microsoft.virtualmachine.*
     for HyperV, none for Process. [] allows none."""
-    container: Annotated[list[FreeText], Field(max_length=MAX_LIST)] | None = None
+    container: Annotated[list[AnnotationPattern], Field(max_length=MAX_LIST)] | None = None
     """Container annotations allowed through (container_annotations). Default:
     io.microsoft.container.*. [] allows none."""
 
@@ -379,9 +457,14 @@ class ContainerdSpec(_Model):
         ]
         | None
     ) = None
-    """Further runhcs options by their Go field name (NCProxyAddr, ScrubLogs,
-    DefaultContainerAnnotations, BootFilesRootPath). Unknown or misspelt names are refused,
-    because containerd would silently ignore them."""
+    """Further runhcs options by their exact Go field name (NCProxyAddr, ScrubLogs,
+    DefaultContainerAnnotations, BootFilesRootPath). Unknown or misspelt names are refused
+    (containerd would silently ignore them), and so are other casings (containerd 2.x
+    decodes any casing, 1.x only lower-first and lowercase, so they would act on some nodes
+    only). ScrubLogs is written only when set. Unset: shims of hcsshim up to v0.15.0-rc.1
+    do not scrub their logs, v0.15.0-rc.2 and later do. true: scrubbing on (containerd 1.7+;
+    1.6 drops the key). false: off, but a v0.15.0-rc.2+ shim sees it only when containerd's
+    own hcsshim has the optional field (containerd 2.4+)."""
 
     @field_validator("options")
     @classmethod
@@ -437,11 +520,17 @@ class WindowsRuntimeProfileSpec(_Model):
     """Process (shares the host kernel; image build must suit the host) or HyperV (a
     utility VM per pod)."""
     windows_build: (
-        Annotated[str, StringConstraints(pattern=WINDOWS_BUILD_PATTERN, max_length=16)] | None
+        Annotated[
+            str,
+            StringConstraints(max_length=16),
+            WithJsonSchema({"type": "string", "maxLength": 16, "pattern": WINDOWS_BUILD_PATTERN}),
+        ]
+        | None
     ) = None
-    """Windows build of the images: 10.0.<build> or an alias (ltsc2016, 1809, ltsc2019, 1903,
-    1909, 2004, 20H2, ltsc2022, 23H2, ltsc2025). Required for HyperV (hosts must be at least
-    this build); optional for Process."""
+    """Windows build of the images: 10.0.<build> or a Windows Server release name, as listed
+    or in lower case: ltsc2016/1607, 1709, 1803, ltsc2019/1809, 1903, 1909, 2004, 20H2,
+    ltsc2022/21H2, 23H2, ltsc2025/24H2. Client-only names (21H1, 22H2) are refused.
+    Required for HyperV (hosts must be at least this build); optional for Process."""
     handler: (
         Annotated[
             str, StringConstraints(pattern=DNS1123_LABEL_PATTERN, max_length=DNS1123_LABEL_MAX)
@@ -450,7 +539,7 @@ class WindowsRuntimeProfileSpec(_Model):
     ) = None
     """containerd runtime handler name (DNS-1123 label). Default: the profile's name."""
     sandbox: SandboxSpec = SandboxSpec()
-    """The pod sandbox: image and platform."""
+    """The pod sandbox's platform."""
     vm: VMSpec | None = None
     """Size and behaviour of the utility VM (HyperV only)."""
     overhead: OverheadSpec | None = None
@@ -468,7 +557,7 @@ class WindowsRuntimeProfileSpec(_Model):
     @classmethod
     def _build(cls, value: str | None) -> str | None:
         if value is not None:
-            parse_windows_build(value)
+            check_profile_build(value)
         return value
 
     @model_validator(mode="after")

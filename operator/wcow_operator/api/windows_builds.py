@@ -12,19 +12,45 @@ from dataclasses import dataclass
 
 WINDOWS_BUILD_LABEL = "node.kubernetes.io/windows-build"
 
-# Release aliases people write in image tags, mapped to the build number the kubelet
-# reports in node.kubernetes.io/windows-build (10.0.<build>).
+
+@dataclass(frozen=True)
+class Release:
+    """A Windows Server release: its build and the names people write for it."""
+
+    build: int
+    product: str
+    # The image-tag name first (ltsc2022, 1809, ...), then the version names people also type.
+    names: tuple[str, ...]
+
+
+# The one catalog: every Windows Server release Windows container images were published for
+# (Microsoft "Windows Server release information"; hcsshim osversion/windowsbuilds.go), with
+# the build number the kubelet reports in node.kubernetes.io/windows-build (10.0.<build>).
+WINDOWS_SERVER_RELEASES: tuple[Release, ...] = (
+    Release(14393, "Windows Server 2016", ("ltsc2016", "1607")),
+    Release(16299, "Windows Server, version 1709 (Semi-Annual Channel)", ("1709",)),
+    Release(17134, "Windows Server, version 1803 (Semi-Annual Channel)", ("1803",)),
+    Release(17763, "Windows Server 2019", ("ltsc2019", "1809")),
+    Release(18362, "Windows Server, version 1903 (Semi-Annual Channel)", ("1903",)),
+    Release(18363, "Windows Server, version 1909 (Semi-Annual Channel)", ("1909",)),
+    Release(19041, "Windows Server, version 2004 (Semi-Annual Channel)", ("2004",)),
+    Release(19042, "Windows Server, version 20H2 (Semi-Annual Channel)", ("20H2",)),
+    Release(20348, "Windows Server 2022", ("ltsc2022", "21H2")),
+    Release(25398, "Windows Server, version 23H2 (Annual Channel)", ("23H2",)),
+    Release(26100, "Windows Server 2025", ("ltsc2025", "24H2")),
+)
+
+# Version names of Windows client releases only: no Windows Server build carries them, so a
+# profile naming one is refused rather than guessed (10.0.<build> still takes any build).
+CLIENT_ONLY_NAMES: dict[str, str] = {
+    "1703": "Windows 10 1703 (15063); Windows Server had no 1703 release",
+    "21H1": "Windows 10 21H1 (19043); the Semi-Annual Channel for Windows Server ended with 20H2",
+    "22H2": "Windows 10 22H2 (19045) and Windows 11 22H2 (22621)",
+}
+
+# Release names mapped to the build number (node.kubernetes.io/windows-build is 10.0.<build>).
 BUILD_ALIASES: dict[str, int] = {
-    "ltsc2016": 14393,
-    "1809": 17763,
-    "ltsc2019": 17763,
-    "1903": 18362,
-    "1909": 18363,
-    "2004": 19041,
-    "20H2": 19042,
-    "ltsc2022": 20348,
-    "23H2": 25398,
-    "ltsc2025": 26100,
+    name: release.build for release in WINDOWS_SERVER_RELEASES for name in release.names
 }
 
 # The first Windows Server build (WS2022) from which process isolation accepts a container
@@ -56,9 +82,11 @@ class WindowsBuild:
 
     @property
     def release(self) -> str | None:
-        """The newest alias for this build (``ltsc2022``), or None for an uncatalogued build."""
-        names = [alias for alias, number in BUILD_ALIASES.items() if number == self.number]
-        return names[-1] if names else None
+        """The image-tag name of this build (``ltsc2022``), or None for an uncatalogued build."""
+        for release in WINDOWS_SERVER_RELEASES:
+            if release.build == self.number:
+                return release.names[0]
+        return None
 
 
 def parse_windows_build(value: str) -> WindowsBuild:
@@ -72,10 +100,11 @@ def parse_windows_build(value: str) -> WindowsBuild:
             return WindowsBuild(number)
     match = _VERSION_RE.match(text)
     if match is None:
-        aliases = ", ".join(BUILD_ALIASES)
+        client = {name.lower(): why for name, why in CLIENT_ONLY_NAMES.items()}.get(text.lower())
+        because = f" ({client})" if client else ""
         raise ValueError(
-            f"{value!r} is not a Windows build: use 10.0.<build> (as in the node label "
-            f"{WINDOWS_BUILD_LABEL}, e.g. 10.0.20348) or one of {aliases}"
+            f"{value!r} is not a Windows Server build{because}: use 10.0.<build> (as in the "
+            f"node label {WINDOWS_BUILD_LABEL}, e.g. 10.0.20348) or one of {accepted_names()}"
         )
     number = int(match.group(1))
     if number < OLDEST_BUILD:
@@ -84,6 +113,25 @@ def parse_windows_build(value: str) -> WindowsBuild:
             "the oldest build Windows containers on Kubernetes support"
         )
     return WindowsBuild(number)
+
+
+def accepted_names() -> str:
+    """The release names, each with its build, for error messages and docs."""
+    return ", ".join(
+        f"{'/'.join(release.names)} ({release.build})" for release in WINDOWS_SERVER_RELEASES
+    )
+
+
+def check_profile_build(value: str) -> WindowsBuild:
+    """``parse_windows_build`` with the CRD's spelling rule: a name as listed or in lower case
+    (the API server's pattern cannot ignore case), so the operator and the server agree."""
+    build = parse_windows_build(value)
+    if re.fullmatch(WINDOWS_BUILD_PATTERN, value) is None:
+        raise ValueError(
+            f"{value!r}: write release names as listed or in lower case (e.g. "
+            f"{build.release or 'ltsc2022'}); accepted: 10.0.<build> or {accepted_names()}"
+        )
+    return build
 
 
 def hyperv_can_run(host: WindowsBuild, guest: WindowsBuild) -> bool:

@@ -43,8 +43,6 @@ def runhcs_options(profile: Profile) -> dict[str, Any]:
         "SandboxIsolation": SANDBOX_ISOLATION[spec.isolation],
         "SandboxPlatform": spec.sandbox.platform,
     }
-    if spec.sandbox.image is not None:
-        options["SandboxImage"] = spec.sandbox.image
     vm = spec.effective_vm()
     default_annotations: dict[str, str] = {}
     if vm is not None:
