@@ -29,7 +29,7 @@ def _subcommand(name: str) -> argparse.ArgumentParser:
     return chosen
 
 
-@pytest.mark.parametrize("command", ["run", "uninstall", "canary", "merge"])
+@pytest.mark.parametrize("command", ["run", "uninstall", "canary", "merge", "simulate"])
 def test_every_flag_is_documented(command: str) -> None:
     flags = [
         option
