@@ -397,6 +397,8 @@ def merge_config(
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"config.toml is not valid TOML: {error}") from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise ConfigError("config.toml is refused: values nested too deeply") from None
     version = config_version(data, fallback_version)
     path = RUNTIMES_PATH[version]
     decision = _decide(

@@ -31,6 +31,8 @@ def load_plan(text: str, source: str = "plan") -> dict[str, Any]:
         plan = json.loads(text)
     except json.JSONDecodeError as error:
         raise PlanError(f"{source}: not JSON: {error}") from None
+    except RecursionError:  # json raises it for deep nesting; no plan nests more than ~8
+        raise PlanError(f"{source}: refused: JSON nested too deeply") from None
     if not isinstance(plan, dict) or plan.get("kind") != PLAN_KIND:
         raise PlanError(f"{source}: not a {PLAN_KIND} document")
     if plan.get("schemaVersion") != PLAN_SCHEMA_VERSION:

@@ -30,6 +30,12 @@ EXIT_USAGE = 2
 DEFAULT_NAMESPACE = "wcow-system"
 PROFILE_SUFFIXES = (".yaml", ".yml", ".json")
 
+# Bounds on what one input file may cost. Real manifests stay far below them: the API server
+# stores at most 1.5 MiB per object, and CRDs with deep OpenAPI schemas nest ~40 levels.
+MAX_FILE_BYTES = 16 * 1024 * 1024
+MAX_DEPTH = 100  # PyYAML composes recursively: this keeps it far from Python's stack limit
+MAX_NODES = 200_000  # per document, aliases counted as often as they are used (alias bombs)
+
 
 class InputError(Exception):
     """Input that cannot be used; the message names the file and what is wrong."""
@@ -59,15 +65,94 @@ def _files(paths: Sequence[str]) -> Iterator[Path]:
             raise UsageError(f"{raw}: no such file or directory")
 
 
+class _TooCostlyError(yaml.YAMLError):
+    """A document within YAML's grammar that would cost more than any manifest should."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses deep nesting and alias expansion beyond the bounds above.
+
+    PyYAML shares an aliased node instead of copying it, so an alias bomb loads quickly and
+    explodes later, in whatever walks the result (validation, repr). Counting each node as
+    the number of nodes it stands for when expanded catches it while composing."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._expanded: dict[int, int] = {}
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        alias = self.check_event(yaml.AliasEvent)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _TooCostlyError(f"nests deeper than {MAX_DEPTH} levels")
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if node is None:
+            return None
+        if alias:  # the anchored node, composed before (or still being composed: a cycle)
+            if id(node) not in self._expanded:
+                raise _TooCostlyError("has an alias inside the node it refers to")
+            return node
+        self._expanded[id(node)] = self._size(node)
+        return node
+
+    def _size(self, node: yaml.Node) -> int:
+        if isinstance(node, yaml.SequenceNode):
+            children: list[yaml.Node] = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        else:
+            return 1
+        size = 1 + sum(self._expanded[id(child)] for child in children)
+        if size > MAX_NODES:
+            raise _TooCostlyError(
+                f"expands to more than {MAX_NODES} nodes through its aliases (an alias bomb?)"
+            )
+        return size
+
+    def compose_document(self) -> yaml.Node | None:
+        self._expanded.clear()  # ids of the previous document's nodes may be reused
+        return super().compose_document()
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """One line for any YAML error (PyYAML's own text spans several, with a source excerpt)."""
+    if isinstance(error, yaml.MarkedYAMLError):
+        mark = error.problem_mark or error.context_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        what = " ".join(part for part in (error.context, error.problem) if part)
+        return " ".join(f"{what or 'invalid'}{where}".split())
+    return " ".join(str(error).split())
+
+
 def _documents(path: Path) -> Iterator[tuple[int, Any]]:
     try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise InputError(
+                f"{path}: refused: {size / 2**20:.1f} MiB is more than the "
+                f"{MAX_FILE_BYTES // 2**20} MiB a profile file may have"
+            )
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: cannot read: {error}") from None
+        raise InputError(f"{path}: cannot read: {' '.join(str(error).split())}") from None
+    loader = _BoundedLoader(text)
+    index = 1
     try:
-        yield from enumerate(yaml.safe_load_all(text), start=1)
+        while loader.check_data():  # type: ignore[no-untyped-call]
+            yield index, loader.get_data()
+            index += 1
+    except _TooCostlyError as error:
+        raise InputError(f"{path}: refused: YAML document {index} {error}") from None
     except yaml.YAMLError as error:
-        raise InputError(f"{path}: not valid YAML: {error}") from None
+        raise InputError(f"{path}: not valid YAML: {_yaml_problem(error)}") from None
+    except RecursionError:  # a last guard: the bounds above should make this unreachable
+        raise InputError(f"{path}: refused: YAML nested too deeply") from None
+    finally:
+        loader.dispose()
 
 
 def load_profiles(paths: Sequence[str]) -> tuple[list[LoadedProfile], list[str]]:
