@@ -133,3 +133,26 @@ def test_printer_columns_read_fields_that_exist(
         assert cells["Eligible"] == 7
     finally:
         custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "reason"),
+    [
+        ({"sandbox": {"image": "pause:3.9"}}, "spec.sandbox.image", "pinned_images.sandbox"),
+        ({"sandbox": {"platform": "windows/arm64"}}, "spec.sandbox.platform", "amd64"),
+        ({"annotations": {"pod": ["containerd.io/snapshot/*"]}}, "spec.annotations.pod", "'/'"),
+    ],
+    ids=["sandbox-image", "arm64", "two-slashes"],
+)
+def test_server_says_why_a_promise_windows_does_not_keep_is_refused(
+    custom: client.CustomObjectsApi, spec: dict[str, Any], field: str, reason: str
+) -> None:
+    """The CEL rules of issue 12 name the field and give the reason, as the operator does."""
+    document = profile("e2e-honest", isolation="Process", **spec)
+    assert not pydantic_accepts(document)
+    with pytest.raises(ApiException) as refused:
+        _dry_run_create(custom, document)
+    assert refused.value.status == 422
+    body = str(refused.value.body)
+    assert field in body, body
+    assert reason in body, body
