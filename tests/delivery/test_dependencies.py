@@ -8,7 +8,6 @@ import importlib.metadata
 import re
 import sys
 import tomllib
-from pathlib import Path
 
 from tests.conftest import ROOT
 
