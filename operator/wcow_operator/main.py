@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from datetime import timedelta
 
 import kopf
 import prometheus_client
@@ -79,7 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         api,
         cache,
         ReconcileSettings(
-            namespace=settings.namespace, require_node_gating=settings.require_node_gating
+            namespace=settings.namespace,
+            require_node_gating=settings.require_node_gating,
+            max_unavailable=settings.max_unavailable,
+            rollout_timeout=timedelta(seconds=settings.rollout_timeout_seconds),
         ),
         metrics,
         workers=settings.workers,

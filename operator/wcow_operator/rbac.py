@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from wcow_operator.api.rollout import ROLLOUT_CONFIGMAP
 from wcow_operator.api.v1alpha1 import GROUP, PLURAL
 from wcow_operator.render.plan import PLAN_CONFIGMAP
 
@@ -47,7 +48,7 @@ OPERATOR_NAMESPACE_RULES: Final[list[Rule]] = [
     {
         "apiGroups": [""],
         "resources": ["configmaps"],
-        "resourceNames": [PLAN_CONFIGMAP],
+        "resourceNames": [PLAN_CONFIGMAP, ROLLOUT_CONFIGMAP],
         "verbs": ["list", "watch", "update"],
     },
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},

@@ -27,6 +27,8 @@ class OperatorSettings:
     log_format: str = "json"
     log_level: str = "INFO"
     workers: int = 8
+    max_unavailable: int | str = "10%"
+    rollout_timeout_seconds: float = 900.0
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool | None:
@@ -82,6 +84,18 @@ def parse_settings(
         "(env WCOW_REQUIRE_NODE_GATING, default off)",
     )
     parser.add_argument(
+        "--max-unavailable",
+        help="Windows nodes that may apply a plan change at once: a count or a percentage "
+        "of the nodes with an agent, rounded up (env WCOW_MAX_UNAVAILABLE, default 10%%); "
+        "a profile's spec.rollout.maxUnavailable can lower it",
+    )
+    parser.add_argument(
+        "--rollout-timeout-seconds",
+        type=float,
+        help="a node with permission and no result for this long fails the rollout "
+        "(env WCOW_ROLLOUT_TIMEOUT_SECONDS, default 900)",
+    )
+    parser.add_argument(
         "--log-format", choices=("json", "text"), help="env WCOW_LOG_FORMAT, default json"
     )
     parser.add_argument(
@@ -109,6 +123,20 @@ def parse_settings(
         )
     except ValueError as error:
         raise SettingsError(f"invalid number in the environment: {error}") from None
+    max_unavailable = _max_unavailable(
+        args.max_unavailable or env.get("WCOW_MAX_UNAVAILABLE") or str(defaults.max_unavailable)
+    )
+    try:
+        rollout_timeout = args.rollout_timeout_seconds or float(
+            env.get("WCOW_ROLLOUT_TIMEOUT_SECONDS") or defaults.rollout_timeout_seconds
+        )
+    except ValueError as error:
+        raise SettingsError(f"invalid number in the environment: {error}") from None
+    if rollout_timeout < 30:
+        raise SettingsError(
+            f"--rollout-timeout-seconds must be at least 30 (a restart and a canary), "
+            f"not {rollout_timeout}"
+        )
     if resync < 5:
         raise SettingsError(f"--resync-seconds must be at least 5, not {resync}")
     leader = args.leader_election
@@ -126,4 +154,19 @@ def parse_settings(
         require_node_gating=defaults.require_node_gating if gating is None else gating,
         log_format=args.log_format or env.get("WCOW_LOG_FORMAT") or defaults.log_format,
         log_level=args.log_level or env.get("WCOW_LOG_LEVEL") or defaults.log_level,
+        max_unavailable=max_unavailable,
+        rollout_timeout_seconds=rollout_timeout,
+    )
+
+
+def _max_unavailable(value: str) -> int | str:
+    """A count of at least 1, or a percentage from 1% to 100%."""
+    text = value.strip()
+    if text.endswith("%") and text[:-1].isdigit() and 1 <= int(text[:-1]) <= 100:
+        return text
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise SettingsError(
+        f"--max-unavailable must be a count (at least 1) or a percentage from 1% to 100%, "
+        f"not {value!r}"
     )

@@ -65,6 +65,7 @@ def observed(
     runtime_classes: list[dict[str, Any]] | None = None,
     plan_config_map: dict[str, Any] | None = None,
     nodes: list[ObservedNode] | None = None,
+    rollout_config_map: dict[str, Any] | None = None,
 ) -> Observed:
     plan = None
     if plan_config_map is not None:
@@ -75,6 +76,7 @@ def observed(
         plan=plan,
         plan_config_map=plan_config_map,
         nodes=nodes or [],
+        rollout_config_map=rollout_config_map,
     )
 
 

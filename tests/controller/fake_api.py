@@ -181,16 +181,15 @@ class RelistingCache(ClusterCache):
         self.namespace = namespace
         self._relist()
 
-    def observe(self, plan_config_map: str) -> Observed:
+    def observe(self, plan_config_map: str, rollout_config_map: str = "") -> Observed:
         self._relist()
-        return super().observe(plan_config_map)
+        return super().observe(plan_config_map, rollout_config_map)
 
     def _relist(self) -> None:
         api = self.api
         self.replace("profiles", copy.deepcopy(list(api.profiles.values())))
         self.replace("runtimeclasses", copy.deepcopy(list(api.runtime_classes.values())))
-        self.replace(
-            "plan",
-            [copy.deepcopy(cm) for (ns, _), cm in api.config_maps.items() if ns == self.namespace],
-        )
+        config_maps = [cm for (ns, _), cm in api.config_maps.items() if ns == self.namespace]
+        self.replace("plan", copy.deepcopy(config_maps))
+        self.replace("rollout", copy.deepcopy(config_maps))
         self.replace("nodes", copy.deepcopy(api.nodes))

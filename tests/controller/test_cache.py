@@ -53,7 +53,7 @@ def report(**handlers: str) -> dict[str, Any]:
 def synced_cache() -> tuple[ClusterCache, list[int]]:
     triggers: list[int] = []
     cache = ClusterCache(on_change=lambda: triggers.append(1))
-    for kind in ("profiles", "runtimeclasses", "plan", "nodes"):
+    for kind in ("profiles", "runtimeclasses", "plan", "rollout", "nodes"):
         cache.replace(kind, [])  # type: ignore[arg-type]
     triggers.clear()
     return cache, triggers
@@ -61,7 +61,7 @@ def synced_cache() -> tuple[ClusterCache, list[int]]:
 
 def test_not_synced_until_every_collection_was_listed() -> None:
     cache = ClusterCache()
-    for kind in ("profiles", "runtimeclasses", "plan"):
+    for kind in ("profiles", "runtimeclasses", "plan", "rollout"):
         cache.replace(kind, [])  # type: ignore[arg-type]
         assert not cache.synced()
     cache.replace("nodes", [])

@@ -80,8 +80,18 @@ def test_create_converges_and_then_stays_quiet(api: FakeApi, controller: Control
 def test_one_plan_write_for_a_batch_of_profiles(api: FakeApi, controller: Controller) -> None:
     for index in range(25):
         api.apply_profile(profile_document(f"p{index}", isolation="Process"))
+    versions = []
+    real = api.create_config_map
+
+    def create(namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        versions.append(body["metadata"]["name"])
+        return real(namespace, body)
+
+    api.create_config_map = create  # type: ignore[method-assign]
     controller.run_pass()
-    assert api.calls.count("create_config_map") + api.calls.count("replace_config_map") == 1
+    # One plan write (and the rollout that permits it), not one per profile.
+    assert sorted(versions) == ["wcow-runtime-plan", "wcow-runtime-rollout"]
+    assert api.calls.count("replace_config_map") == 0
     assert len(api.plan()["handlers"]) == 25  # type: ignore[index]
 
 
@@ -218,6 +228,7 @@ def test_no_pass_before_every_watch_has_listed(api: FakeApi) -> None:
     try:
         cache.replace("runtimeclasses", [])
         cache.replace("plan", [])
+        cache.replace("rollout", [])
         cache.replace("nodes", [])
         stop.wait(0.3)
         assert api.calls == []  # profiles not listed yet: no pass, no write
@@ -285,7 +296,7 @@ def test_a_bug_in_one_write_does_not_stop_the_others(
 def test_a_failing_pass_is_reported_not_raised(
     api: FakeApi, controller: Controller, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def explode(_: str) -> list[dict[str, Any]]:
+    def explode(*_: str) -> list[dict[str, Any]]:
         raise RuntimeError("boom")
 
     monkeypatch.setattr(controller.cache, "observe", explode)

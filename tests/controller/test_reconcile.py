@@ -26,6 +26,7 @@ def apply(state: Observed, outcome: Outcome) -> Observed:
     profiles = {p.name: p.body for p in state.profiles}
     runtime_classes = dict(state.runtime_classes)
     config_map = state.plan_config_map
+    rollout = state.rollout_config_map
     for write in outcome.writes:
         body = profiles.get(write.target)
         if write.kind == "add-finalizer" and body is not None:
@@ -40,6 +41,8 @@ def apply(state: Observed, outcome: Outcome) -> Observed:
             runtime_classes.pop(write.target)
         elif write.kind == "write-plan":
             config_map = write.body
+        elif write.kind == "write-rollout":
+            rollout = write.body
         elif write.kind == "remove-finalizer":
             profiles.pop(write.target)
         elif write.kind == "patch-status" and body is not None:
@@ -49,6 +52,7 @@ def apply(state: Observed, outcome: Outcome) -> Observed:
         runtime_classes=list(runtime_classes.values()),
         plan_config_map=config_map,
         nodes=state.nodes,
+        rollout_config_map=rollout,
     )
 
 
@@ -67,6 +71,7 @@ def test_new_profile_gets_finalizer_runtime_class_plan_and_status() -> None:
         ("add-finalizer", "hv"),
         ("create-runtime-class", "hv"),
         ("write-plan", "wcow-runtime-plan"),
+        ("write-rollout", "wcow-runtime-rollout"),
         ("patch-status", "hv"),
     ]
     rc = outcome.writes[1].body
@@ -106,6 +111,7 @@ def test_each_runtime_class_field_change_replaces_it() -> None:
             body,
             runtime_classes=list(state.runtime_classes.values()),
             plan_config_map=state.plan_config_map,
+            rollout_config_map=state.rollout_config_map,
         )
         outcome = run(changed)
         assert ("replace-runtime-class", "hv") in kinds(outcome), spec
@@ -124,6 +130,7 @@ def test_handler_change_recreates_the_runtime_class_and_says_so() -> None:
             body,
             runtime_classes=list(state.runtime_classes.values()),
             plan_config_map=state.plan_config_map,
+            rollout_config_map=state.rollout_config_map,
         )
     )
     recreate = next(w for w in outcome.writes if w.kind == "recreate-runtime-class")
@@ -153,6 +160,7 @@ def test_hand_edited_runtime_class_is_restored_keeping_foreign_labels() -> None:
             *[p.body for p in state.profiles],
             runtime_classes=[edited],
             plan_config_map=state.plan_config_map,
+            rollout_config_map=state.rollout_config_map,
         )
     )
     assert kinds(outcome) == [("replace-runtime-class", "hv")]
@@ -166,7 +174,11 @@ def test_hand_edited_runtime_class_is_restored_keeping_foreign_labels() -> None:
 def test_deleted_runtime_class_is_created_again() -> None:
     state, _ = converge(observed(profile_body("hv")))
     outcome = run(
-        observed(*[p.body for p in state.profiles], plan_config_map=state.plan_config_map)
+        observed(
+            *[p.body for p in state.profiles],
+            plan_config_map=state.plan_config_map,
+            rollout_config_map=state.rollout_config_map,
+        )
     )
     assert kinds(outcome) == [("create-runtime-class", "hv")]
 
@@ -182,6 +194,7 @@ def test_invalid_profile_keeps_last_good_runtime_class_and_plan_entry() -> None:
             broken,
             runtime_classes=list(state.runtime_classes.values()),
             plan_config_map=state.plan_config_map,
+            rollout_config_map=state.rollout_config_map,
         )
     )
     assert kinds(outcome) == [("patch-status", "hv")]  # no RuntimeClass or plan write
@@ -202,6 +215,7 @@ def test_invalid_profile_keeps_last_good_runtime_class_and_plan_entry() -> None:
             broken,
             runtime_classes=list(state.runtime_classes.values()),
             plan_config_map=state.plan_config_map,
+            rollout_config_map=state.rollout_config_map,
         ),
         outcome,
     )
@@ -211,6 +225,7 @@ def test_invalid_profile_keeps_last_good_runtime_class_and_plan_entry() -> None:
             fixed,
             runtime_classes=list(after.runtime_classes.values()),
             plan_config_map=after.plan_config_map,
+            rollout_config_map=after.rollout_config_map,
         )
     )
     assert ("write-plan", "wcow-runtime-plan") in kinds(recovered)
@@ -248,6 +263,7 @@ def test_two_profiles_claiming_one_handler_both_stay_out_of_the_plan() -> None:
             profile_body("b", handler="shared"),
             runtime_classes=list(state.runtime_classes.values()),
             plan_config_map=state.plan_config_map,
+            rollout_config_map=state.rollout_config_map,
         )
     )
     assert outcome.plan["handlers"] == {}
@@ -267,10 +283,12 @@ def test_delete_writes_the_plan_then_deletes_runtime_class_and_finalizer() -> No
             state.profiles[1].body,
             runtime_classes=list(state.runtime_classes.values()),
             plan_config_map=state.plan_config_map,
+            rollout_config_map=state.rollout_config_map,
         )
     )
     assert kinds(outcome) == [
         ("write-plan", "wcow-runtime-plan"),
+        ("write-rollout", "wcow-runtime-rollout"),
         ("delete-runtime-class", "hv"),
         ("remove-finalizer", "hv"),
     ]
@@ -360,6 +378,7 @@ def test_oversized_plan_keeps_what_nodes_have_and_says_why() -> None:
             profile_body("b"),
             runtime_classes=list(state.runtime_classes.values()),
             plan_config_map=state.plan_config_map,
+            rollout_config_map=state.rollout_config_map,
         ),
         small,
         NOW,
@@ -403,7 +422,14 @@ def test_orphaned_runtime_class_survives_profile_deletion() -> None:
     orphan = dict(state.runtime_classes["hv"])
     orphan["metadata"] = {k: v for k, v in orphan["metadata"].items() if k != "ownerReferences"}
     gone = profile_body("hv", deleting=True, status=state.profiles[0].status)
-    outcome = run(observed(gone, runtime_classes=[orphan], plan_config_map=state.plan_config_map))
+    outcome = run(
+        observed(
+            gone,
+            runtime_classes=[orphan],
+            plan_config_map=state.plan_config_map,
+            rollout_config_map=state.rollout_config_map,
+        )
+    )
     assert ("delete-runtime-class", "hv") not in kinds(outcome)
     assert ("remove-finalizer", "hv") in kinds(outcome)
 
@@ -423,6 +449,7 @@ def test_restoring_a_runtime_class_keeps_finalizers_and_annotations_of_others() 
             *[p.body for p in state.profiles],
             runtime_classes=[edited],
             plan_config_map=state.plan_config_map,
+            rollout_config_map=state.rollout_config_map,
         )
     )
     body = next(w.body for w in outcome.writes if w.kind == "replace-runtime-class")

@@ -156,3 +156,21 @@ def test_server_says_why_a_promise_windows_does_not_keep_is_refused(
     body = str(refused.value.body)
     assert field in body, body
     assert reason in body, body
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [(3, True), ("50%", True), (0, False), ("0%", False), ("x", False), ("101%", False)],
+)
+def test_server_judges_max_unavailable_as_the_model_does(
+    custom: client.CustomObjectsApi, value: int | str, accepted: bool
+) -> None:
+    document = profile("e2e-rollout", isolation="Process", rollout={"maxUnavailable": value})
+    assert pydantic_accepts(document) is accepted
+    if accepted:
+        _dry_run_create(custom, document)
+        return
+    with pytest.raises(ApiException) as refused:
+        _dry_run_create(custom, document)
+    assert refused.value.status == 422
+    assert "maxUnavailable" in str(refused.value.body)

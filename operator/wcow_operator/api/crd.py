@@ -36,6 +36,18 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": ".status.nodes.eligible",
         "priority": 1,
     },
+    {
+        "name": "Rollout",
+        "type": "string",
+        "jsonPath": ".status.rollout.progress",
+        "description": "Windows nodes that run the last change of this handler, of all",
+    },
+    {
+        "name": "Rollout State",
+        "type": "string",
+        "jsonPath": ".status.rollout.state",
+        "priority": 1,
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

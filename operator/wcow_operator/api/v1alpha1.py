@@ -8,6 +8,7 @@ them before they are stored). Field docstrings become the CRD descriptions.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Final, Literal, Self
 
 from pydantic import (
@@ -490,6 +491,48 @@ class CanarySpec(_Model):
     and memory from inside; omitted: the sandbox alone is checked."""
 
 
+MAX_UNAVAILABLE_PATTERN = r"^(100|[1-9][0-9]?)%$"
+
+
+class RolloutSpec(_Model):
+    """How a change of this profile's handler reaches the nodes."""
+
+    max_unavailable: (
+        Annotated[
+            int | str,
+            WithJsonSchema(
+                {
+                    "x-kubernetes-int-or-string": True,
+                    "anyOf": [{"type": "integer"}, {"type": "string"}],
+                    "x-kubernetes-validations": [
+                        cel(
+                            f"type(self) == int ? self >= 1 : "
+                            f"self.matches('{MAX_UNAVAILABLE_PATTERN}')",
+                            "maxUnavailable must be a count (at least 1) or a percentage "
+                            "from 1% to 100%",
+                        )
+                    ],
+                }
+            ),
+        ]
+        | None
+    ) = None
+    """Nodes that may apply a change at once: a count (at least 1) or a percentage of the
+    Windows nodes with an agent, rounded up ("10%"). Default: the operator's
+    --max-unavailable. When one plan change touches several profiles, the smallest wins."""
+
+    @field_validator("max_unavailable", mode="before")
+    @classmethod
+    def _max_unavailable(cls, value: object) -> object:
+        if isinstance(value, bool) or not isinstance(value, int | str | None):
+            raise ValueError(f"must be a count or a percentage such as '10%', got {value!r}")  # noqa: TRY004 - pydantic reports ValueError
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"must be at least 1, got {value}")
+        if isinstance(value, str) and not re.fullmatch(MAX_UNAVAILABLE_PATTERN, value):
+            raise ValueError(f"must be a count or a percentage from 1% to 100%, got {value!r}")
+        return value
+
+
 class WindowsRuntimeProfileSpec(_Model):
     """The desired Windows runtime: one containerd handler and its RuntimeClass."""
 
@@ -552,6 +595,8 @@ class WindowsRuntimeProfileSpec(_Model):
     """The containerd runtime entry and runhcs shim options."""
     canary: CanarySpec = CanarySpec()
     """How node agents prove the handler works before labelling a node ready."""
+    rollout: RolloutSpec = RolloutSpec()
+    """How a change reaches the nodes: a few at a time, halted by a failure."""
 
     @field_validator("windows_build")
     @classmethod
@@ -642,6 +687,18 @@ class WindowsRuntimeProfileSpec(_Model):
         }
 
 
+class RolloutStatus(_Model):
+    plan_hash: str
+    """The plan being rolled out."""
+    updated: int = 0
+    """Windows nodes (with an agent) that run this plan."""
+    total: int = 0
+    """Windows nodes with an agent."""
+    progress: str = ""
+    """updated/total, for kubectl get."""
+    state: Literal["Progressing", "Complete", "Halted"] = "Progressing"
+
+
 class NodeCounts(_Model):
     eligible: int = 0
     """Windows nodes whose build and features can run the handler."""
@@ -689,6 +746,8 @@ class WindowsRuntimeProfileStatus(_Model):
     nodes: NodeCounts = NodeCounts()
     failures: Annotated[list[NodeFailure], Field(max_length=10)] = []
     """The first nodes that failed, with the reason."""
+    rollout: RolloutStatus | None = None
+    """Progress of the last plan change that touched this profile's handler."""
 
 
 class ObjectMeta(_Model):

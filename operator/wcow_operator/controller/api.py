@@ -29,7 +29,7 @@ class WatchExpiredError(Exception):
 class Watched:
     """A collection the operator keeps in memory (see ``controller.cache``)."""
 
-    kind: Literal["profiles", "runtimeclasses", "plan", "nodes"]
+    kind: Literal["profiles", "runtimeclasses", "plan", "rollout", "nodes"]
     path: str  # the collection's API path
     resource: str  # for metrics and errors
     label_selector: str | None = None

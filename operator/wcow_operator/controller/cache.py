@@ -22,8 +22,8 @@ from wcow_operator.api.v1alpha1 import READY_LABEL_PREFIX
 from wcow_operator.reconcile.model import Observed, ObservedNode, ObservedProfile
 from wcow_operator.reconcile.nodes import Contribution, NodeTally, contribution
 
-Kind = Literal["profiles", "runtimeclasses", "plan", "nodes"]
-KINDS: tuple[Kind, ...] = ("profiles", "runtimeclasses", "plan", "nodes")
+Kind = Literal["profiles", "runtimeclasses", "plan", "rollout", "nodes"]
+KINDS: tuple[Kind, ...] = ("profiles", "runtimeclasses", "plan", "rollout", "nodes")
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 
@@ -139,12 +139,18 @@ class ClusterCache:
     def wait_synced(self, timeout: float | None = None) -> bool:
         return all(event.wait(timeout) for event in self._synced.values())
 
-    def observe(self, plan_config_map: str) -> Observed:
+    def observe(self, plan_config_map: str, rollout_config_map: str = "") -> Observed:
         with self._lock:
             profiles = [ObservedProfile(p) for _, p in sorted(self._objects["profiles"].items())]
             runtime_classes = dict(self._objects["runtimeclasses"])
             config_map = self._objects["plan"].get(plan_config_map)
+            rollout = self._objects["rollout"].get(rollout_config_map)
             tally = self._tally.copy()
+            reports = {
+                name: part.report
+                for name, (_, part) in self._nodes.items()
+                if part.report is not None
+            }
         return Observed(
             profiles=profiles,
             runtime_classes=runtime_classes,
@@ -152,6 +158,8 @@ class ClusterCache:
             plan_config_map=config_map,
             nodes=[],  # counted already: see tally
             tally=tally,
+            rollout_config_map=rollout,
+            reports=reports,
         )
 
     def counts(self) -> dict[str, int]:

@@ -15,9 +15,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from wcow_operator.api.conditions import timestamp
+from wcow_operator.api.rollout import ROLLOUT_CONFIGMAP
 from wcow_operator.api.v1alpha1 import API_VERSION, KIND
 from wcow_operator.controller.api import ApiError, ClusterApi
-from wcow_operator.controller.cache import ClusterCache
+from wcow_operator.controller.cache import ClusterCache, Kind
 from wcow_operator.controller.metrics import Metrics
 from wcow_operator.reconcile.core import (
     ReconcileSettings,
@@ -38,7 +39,7 @@ from wcow_operator.render.plan import PLAN_CONFIGMAP, PLAN_KEY
 log = logging.getLogger(__name__)
 EVENT_NAMESPACE = "default"
 RUNTIME_CLASS_WRITES = ("create-runtime-class", "replace-runtime-class", "recreate-runtime-class")
-CONDITION_TYPES = ("Valid", "Planned", "RuntimeClassReady", "NodesReady", "Ready")
+CONDITION_TYPES = ("Valid", "Planned", "RuntimeClassReady", "NodesReady", "Ready", "RolledOut")
 
 
 @dataclass
@@ -70,7 +71,7 @@ class Controller:
 
     def observe(self) -> Observed:
         """The cluster as the watches last showed it (no API request)."""
-        observed = self.cache.observe(PLAN_CONFIGMAP)
+        observed = self.cache.observe(PLAN_CONFIGMAP, ROLLOUT_CONFIGMAP)
         plan = _read_plan(observed.plan_config_map) if observed.plan_config_map else None
         return dataclasses.replace(observed, plan=plan)
 
@@ -180,9 +181,10 @@ class Controller:
             case "delete-runtime-class":
                 self.api.delete_runtime_class(write.target, metadata["uid"])
                 self.cache.deleted("runtimeclasses", write.target)
-            case "write-plan":
+            case "write-plan" | "write-rollout":
+                kind: Kind = "plan" if write.kind == "write-plan" else "rollout"
                 if write.observed is None:
-                    self.cache.wrote("plan", self.api.create_config_map(ns, write.body))
+                    self.cache.wrote(kind, self.api.create_config_map(ns, write.body))
                 else:
                     body = {
                         **write.body,
@@ -191,7 +193,7 @@ class Controller:
                             "resourceVersion": metadata["resourceVersion"],
                         },
                     }
-                    self.cache.wrote("plan", self.api.replace_config_map(ns, write.target, body))
+                    self.cache.wrote(kind, self.api.replace_config_map(ns, write.target, body))
             case "patch-status":
                 current = observed.get("status") or {}
                 status: dict[str, Any] = {k: None for k in current if k not in write.body["status"]}
@@ -247,6 +249,17 @@ class Controller:
         self.metrics.plan_bytes.set(outcome.plan_bytes)
         self.metrics.plan_limit_ratio.set(outcome.plan_bytes / self.settings.plan_max_bytes)
         self.metrics.plan_handlers.set(len(outcome.plan["handlers"]))
+        if outcome.rollout is not None:
+            progress = outcome.rollout
+            waiting = progress.total - progress.done - progress.applying - progress.failed
+            for state, count in (
+                ("updated", progress.done),
+                ("applying", progress.applying),
+                ("failed", progress.failed),
+                ("waiting", max(waiting, 0)),
+            ):
+                self.metrics.rollout_nodes.labels(state=state).set(count)
+            self.metrics.rollout_halted.set(1 if progress.halted is not None else 0)
         if report.plan_written:
             self.metrics.plan_last_write.set(time.time())
         if outcome.plan_bytes > self.settings.plan_warn_bytes:

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from wcow_operator.api.rollout import ROLLOUT_CONFIGMAP
 from wcow_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from wcow_operator.controller.api import ClusterApi, Watched, WatchExpiredError
 from wcow_operator.controller.cache import ClusterCache, kept
@@ -40,6 +41,12 @@ def watched_collections(namespace: str) -> list[Watched]:
             f"/api/v1/namespaces/{namespace}/configmaps",
             "configmaps",
             field_selector=f"metadata.name={PLAN_CONFIGMAP}",
+        ),
+        Watched(
+            "rollout",
+            f"/api/v1/namespaces/{namespace}/configmaps",
+            "configmaps",
+            field_selector=f"metadata.name={ROLLOUT_CONFIGMAP}",
         ),
         Watched(
             "nodes", "/api/v1/nodes", "nodes", label_selector=WINDOWS_NODES, metadata_only=True

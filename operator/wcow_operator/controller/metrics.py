@@ -52,6 +52,15 @@ class Metrics:
         )
         self.plan_handlers = Gauge("wcow_plan_handlers", "Handlers in the plan", registry=r)
         self.leader = Gauge("wcow_leader", "1 while this replica reconciles", registry=r)
+        self.rollout_nodes = Gauge(
+            "wcow_rollout_nodes",
+            "Windows nodes by where they stand in the current plan's rollout",
+            ["state"],
+            registry=r,
+        )
+        self.rollout_halted = Gauge(
+            "wcow_rollout_halted", "1 while the current rollout is halted by a failure", registry=r
+        )
         self.watch_lists = Counter(
             "wcow_watch_lists_total",
             "Full lists of a watched collection (on start, and when its watch expired)",

@@ -20,6 +20,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from wcow_operator.api.rollout import ROLLOUT_CONFIGMAP
 from wcow_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from wcow_operator.controller.api import (
     ApiError,
@@ -111,6 +112,7 @@ class KubernetesApi(ClusterApi):
         ("node.k8s.io", "runtimeclasses", "list", "cluster", None),
         ("", "nodes", "list", "cluster", None),
         ("", "configmaps", "list", "namespace", PLAN_CONFIGMAP),
+        ("", "configmaps", "list", "namespace", ROLLOUT_CONFIGMAP),
     )
     def list_page(self, watched: Watched, continue_token: str | None, limit: int) -> Page:
         query = [*_selectors(watched), ("limit", str(limit))]
@@ -133,6 +135,7 @@ class KubernetesApi(ClusterApi):
         ("node.k8s.io", "runtimeclasses", "watch", "cluster", None),
         ("", "nodes", "watch", "cluster", None),
         ("", "configmaps", "watch", "namespace", PLAN_CONFIGMAP),
+        ("", "configmaps", "watch", "namespace", ROLLOUT_CONFIGMAP),
     )
     def watch(
         self, watched: Watched, resource_version: str, timeout_seconds: int
@@ -231,7 +234,10 @@ class KubernetesApi(ClusterApi):
         path = f"/api/v1/namespaces/{namespace}/configmaps"
         return self._rest("create", "configmaps", "POST", path, body)
 
-    @uses(("", "configmaps", "update", "namespace", PLAN_CONFIGMAP))
+    @uses(
+        ("", "configmaps", "update", "namespace", PLAN_CONFIGMAP),
+        ("", "configmaps", "update", "namespace", ROLLOUT_CONFIGMAP),
+    )
     def replace_config_map(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         path = f"/api/v1/namespaces/{namespace}/configmaps/{name}"
         return self._rest("update", "configmaps", "PUT", path, body)

@@ -10,8 +10,8 @@ import json
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -24,10 +24,17 @@ from wcow_operator.api.conditions import (
     set_condition,
 )
 from wcow_operator.api.errors import ProfileInvalidError, parse_profile
+from wcow_operator.api.rollout import (
+    RESUME_ANNOTATION,
+    ROLLOUT_CONFIGMAP,
+    ROLLOUT_KEY,
+    parse_rollout,
+)
 from wcow_operator.api.v1alpha1 import (
     Condition,
     ConditionStatus,
     NodeCounts,
+    RolloutStatus,
     WindowsRuntimeProfile,
     WindowsRuntimeProfileStatus,
 )
@@ -40,12 +47,13 @@ from wcow_operator.reconcile.model import (
     Write,
 )
 from wcow_operator.reconcile.nodes import NodeSummary, NodeTally, describe
+from wcow_operator.reconcile.rollout import Progress, decide, parse_max_unavailable
 from wcow_operator.render.plan import (
-    PLAN_HASH_ANNOTATION,
     PLAN_KEY,
     build_plan,
     plan_config_map,
     plan_entry,
+    rollout_config_map,
 )
 from wcow_operator.render.runtimeclass import (
     MANAGED_BY,
@@ -56,6 +64,8 @@ from wcow_operator.render.runtimeclass import (
 from wcow_operator.render.serialize import canonical_json
 
 PLANNED = "Planned"
+ROLLED_OUT = "RolledOut"
+RolloutPhase = Literal["Progressing", "Complete", "Halted"]
 CONFIGMAP_LIMIT = 1024 * 1024
 
 
@@ -63,6 +73,8 @@ CONFIGMAP_LIMIT = 1024 * 1024
 class ReconcileSettings:
     namespace: str
     require_node_gating: bool = False
+    max_unavailable: int | str = "10%"  # the default of profiles that do not set it
+    rollout_timeout: timedelta = timedelta(seconds=900)
     plan_warn_bytes: int = CONFIGMAP_LIMIT // 2
     plan_max_bytes: int = CONFIGMAP_LIMIT * 9 // 10
 
@@ -341,7 +353,12 @@ def _nodes_condition(nodes: NodeSummary) -> tuple[ConditionStatus, str, str]:
     return "False", "NodesPending", message
 
 
-def _conditions(state: _Profile, nodes: NodeSummary, now: datetime) -> list[Condition]:
+def _conditions(
+    state: _Profile,
+    nodes: NodeSummary,
+    now: datetime,
+    rollout: tuple[ConditionStatus, str, str] | None,
+) -> list[Condition]:
     try:
         current = WindowsRuntimeProfileStatus.model_validate(state.observed.status).conditions
     except ValidationError:
@@ -376,6 +393,13 @@ def _conditions(state: _Profile, nodes: NodeSummary, now: datetime) -> list[Cond
     else:
         ready = ("True", "Ready", "the RuntimeClass is applied and its handler is ready")
     rows.append((READY, ready))
+    # The rollout never gates Ready: nodes not yet changed stay ready on the last plan.
+    rows.append(
+        (
+            ROLLED_OUT,
+            rollout or ("True", "NoChangePending", "no change of this handler is rolling out"),
+        )
+    )
     conditions = list(current)
     for type_, (status, reason, message) in rows:
         conditions = set_condition(
@@ -391,10 +415,14 @@ def _conditions(state: _Profile, nodes: NodeSummary, now: datetime) -> list[Cond
     return sorted(conditions, key=lambda c: order.index(c.type) if c.type in order else 99)
 
 
-def _status(state: _Profile, nodes: NodeSummary, now: datetime) -> dict[str, Any]:
+def _status(
+    state: _Profile, nodes: NodeSummary, now: datetime, progress: Progress | None
+) -> dict[str, Any]:
+    rollout, row = _rollout_status(state, progress)
     status = WindowsRuntimeProfileStatus(
         observed_generation=state.observed.generation,
-        conditions=_conditions(state, nodes, now),
+        conditions=_conditions(state, nodes, now, row),
+        rollout=rollout,
         handler=state.claimed_handler,
         runtime_class_name=state.name if state.owns_runtime_class else None,
         nodes=NodeCounts(eligible=nodes.eligible, ready=nodes.ready, failed=nodes.failed),
@@ -442,6 +470,12 @@ def _transition_events(
 ) -> list[EventNote]:
     events = []
     profile = state.observed
+    old, new = find_condition(before, ROLLED_OUT), find_condition(after, ROLLED_OUT)
+    if new is not None and (old is None or old.reason != new.reason):
+        if new.reason == "RolloutHalted":
+            events.append(_event(profile, "Warning", new.reason, new.message))
+        elif new.reason == "RolloutComplete" and old is not None:
+            events.append(_event(profile, "Normal", new.reason, new.message))
     for type_ in (VALID, PLANNED, RUNTIME_CLASS_READY):
         old, new = find_condition(before, type_), find_condition(after, type_)
         if new is None or (
@@ -480,14 +514,105 @@ def _live_writes(
 
 
 def _plan_writes(plan: dict[str, Any], observed: Observed, namespace: str) -> list[Write]:
-    config_map = plan_config_map(plan, namespace)
+    config_map = plan_config_map(plan, namespace, paced=True)
     current = observed.plan_config_map or {}
     same_data = (current.get("data") or {}).get(PLAN_KEY) == config_map["data"][PLAN_KEY]
     annotations = (current.get("metadata") or {}).get("annotations") or {}
-    if same_data and annotations.get(PLAN_HASH_ANNOTATION) == plan["hash"]:
+    wanted = config_map["metadata"]["annotations"]
+    if same_data and all(annotations.get(k) == v for k, v in wanted.items()):
         return []
     name = config_map["metadata"]["name"]
     return [Write("write-plan", name, config_map, observed=observed.plan_config_map)]
+
+
+def _rollout_writes(
+    plan: dict[str, Any],
+    observed: Observed,
+    live: list[_Profile],
+    settings: ReconcileSettings,
+    now: datetime,
+) -> tuple[list[Write], Progress]:
+    """Who may change to ``plan`` now (see ``reconcile.rollout``), and the write if that
+    differs from the rollout ConfigMap."""
+    reports = observed.reports
+    if reports is None:
+        reports = NodeTally.reports(observed.nodes)
+    config_map = observed.rollout_config_map
+    current = parse_rollout(((config_map or {}).get("data") or {}).get(ROLLOUT_KEY))
+    limits = {
+        state.claimed_handler: state.model.spec.rollout.max_unavailable
+        for state in live
+        if state.model is not None
+        and state.claimed_handler is not None
+        and state.model.spec.rollout.max_unavailable is not None
+    }
+    resume = sorted(
+        f"{state.name}={value}"
+        for state in live
+        if (value := (state.observed.metadata.get("annotations") or {}).get(RESUME_ANNOTATION))
+    )
+    rollout, progress = decide(
+        plan=plan,
+        previous_plan=observed.plan,
+        current=current,
+        reports=reports,
+        max_unavailable=lambda changed: min(
+            (
+                parse_max_unavailable(limits.get(h, settings.max_unavailable), len(reports))
+                for h in changed
+            ),
+            default=parse_max_unavailable(settings.max_unavailable, len(reports)),
+        ),
+        resume_key=";".join(resume),
+        now=now,
+        timeout=settings.rollout_timeout,
+    )
+    if rollout == current:
+        return [], progress
+    body = rollout_config_map(rollout, settings.namespace)
+    return [
+        Write("write-rollout", ROLLOUT_CONFIGMAP, body, observed=config_map, after_plan=True)
+    ], (progress)
+
+
+def _rollout_status(
+    state: _Profile, progress: Progress | None
+) -> tuple[RolloutStatus | None, tuple[ConditionStatus, str, str] | None]:
+    handler = state.claimed_handler
+    if progress is None or handler is None or handler not in progress.changed:
+        # Untouched by this change: what the last change that touched it said stays, so an
+        # unrelated change rewrites no status.
+        try:
+            last = WindowsRuntimeProfileStatus.model_validate(state.observed.status)
+        except ValidationError:
+            return None, None
+        previous = find_condition(last.conditions, ROLLED_OUT)
+        if previous is None:
+            return last.rollout, None
+        return last.rollout, (previous.status, previous.reason, previous.message)
+    done = f"{progress.done}/{progress.total}"
+    if progress.halted is not None:
+        message = (
+            f"{progress.halted.message}; {done} nodes run the current plan, the others keep "
+            f"the last one. Fix the spec, or resume: kubectl annotate wrp {state.name} "
+            f"{RESUME_ANNOTATION}=$(date +%s) --overwrite"
+        )
+        row: tuple[ConditionStatus, str, str] = ("False", "RolloutHalted", message[:1024])
+        phase: RolloutPhase = "Halted"
+    elif progress.complete:
+        row = ("True", "RolloutComplete", f"{done} Windows nodes run the current plan")
+        phase = "Complete"
+    else:
+        row = ("False", "RollingOut", "Windows nodes are taking the change a few at a time")
+        phase = "Progressing"
+    status = RolloutStatus(
+        plan_hash=progress.plan_hash,
+        updated=progress.done,
+        total=progress.total,
+        progress=done,
+        state=phase,
+    )
+    return status, row
 
 
 def _deletion_writes(observed: Observed) -> list[Write]:
@@ -513,13 +638,15 @@ def _status_writes(
     now: datetime,
     statuses: dict[str, dict[str, Any]],
     events: list[EventNote],
+    *,
+    progress: Progress | None,
 ) -> list[Write]:
     writes: list[Write] = []
     tally = observed.tally if observed.tally is not None else NodeTally.of(observed.nodes)
     for state in live:
         handler = state.claimed_handler
         nodes = tally.summary(handler) if handler else NodeSummary()
-        status = _status(state, nodes, now)
+        status = _status(state, nodes, now, progress)
         statuses[state.name] = status
         before = _normalized(state.observed.status)
         if before == status:
@@ -553,8 +680,15 @@ def reconcile(observed: Observed, settings: ReconcileSettings, now: datetime) ->
     statuses: dict[str, dict[str, Any]] = {}
     writes = _live_writes(live, conflicts, observed, events)
     writes += _plan_writes(plan, observed, settings.namespace)
+    rollout_writes, progress = _rollout_writes(plan, observed, live, settings, now)
+    writes += rollout_writes
     writes += _deletion_writes(observed)
-    writes += _status_writes(live, observed, now, statuses, events)
+    writes += _status_writes(live, observed, now, statuses, events, progress=progress)
     return Outcome(
-        writes=writes, events=events, statuses=statuses, plan=plan, plan_bytes=_compact(plan)
+        writes=writes,
+        events=events,
+        statuses=statuses,
+        plan=plan,
+        plan_bytes=_compact(plan),
+        rollout=progress,
     )

@@ -10,7 +10,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from wcow_operator.reconcile.nodes import NodeTally
+    from wcow_operator.reconcile.rollout import NodeReport, Progress
 
 FINALIZER = "runtime.wcow.dev/cleanup"
 
@@ -70,9 +73,13 @@ class Observed:
     # Per-handler node counts kept up to date node by node (the controller's cache); when
     # None they are counted from ``nodes``.
     tally: NodeTally | None = None
+    rollout_config_map: dict[str, Any] | None = None  # the raw rollout ConfigMap
+    # The nodes' plan reports by node name (the cache's); None: read from ``nodes``.
+    reports: Mapping[str, NodeReport] | None = None
 
 
 WriteKind = Literal[
+    "write-rollout",
     "add-finalizer",
     "create-runtime-class",
     "replace-runtime-class",
@@ -89,6 +96,7 @@ PHASES: tuple[tuple[WriteKind, ...], ...] = (
     ("add-finalizer",),
     ("create-runtime-class", "replace-runtime-class", "recreate-runtime-class"),
     ("write-plan",),
+    ("write-rollout",),  # after the plan it permits, and only if that plan was written
     ("delete-runtime-class", "remove-finalizer"),
     ("patch-status",),
 )
@@ -126,3 +134,4 @@ class Outcome:
     statuses: dict[str, dict[str, Any]]  # profile -> desired status (written or not)
     plan: dict[str, Any]
     plan_bytes: int
+    rollout: Progress | None = None

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from wcow_operator.api.agent_status import AgentStatus
 from wcow_operator.api.v1alpha1 import NodeFailure
 from wcow_operator.reconcile.model import ObservedNode
+from wcow_operator.reconcile.rollout import NodeReport
 from wcow_operator.render.runtimeclass import READY_VALUE, ready_label
 
 MAX_FAILURES = 5
@@ -57,6 +58,7 @@ class HandlerStanding:
 class Contribution:
     has_agent: bool
     handlers: Mapping[str, HandlerStanding]
+    report: NodeReport | None = None  # what the rollout reads
 
 
 def contribution(node: ObservedNode) -> Contribution:
@@ -66,6 +68,11 @@ def contribution(node: ObservedNode) -> Contribution:
     status = parse_agent_status(node.agent_status)
     if status is None:
         return Contribution(False, {})
+    report = NodeReport(
+        applied_plan_hash=status.applied_plan_hash,
+        attempted_plan_hash=status.attempted_plan_hash,
+        states={h: (e.state, e.reason, e.message) for h, e in status.handlers.items()},
+    )
     standings: dict[str, HandlerStanding] = {}
     for handler, entry in status.handlers.items():
         if entry.state == "NotEligible":
@@ -78,7 +85,7 @@ def contribution(node: ObservedNode) -> Contribution:
         if not ready and entry.state in ("Failed", "Conflict"):
             failure = NodeFailure(node=node.name, reason=entry.reason, message=entry.message[:1024])
         standings[handler] = HandlerStanding(ready, failure)
-    return Contribution(True, standings)
+    return Contribution(True, standings, report)
 
 
 @dataclass
@@ -143,6 +150,15 @@ class NodeTally:
             without_agent=self._without_agent,
             ineligible=len(counts.ineligible),
         )
+
+    @staticmethod
+    def reports(nodes: Iterable[ObservedNode]) -> dict[str, NodeReport]:
+        """The rollout's view of ``nodes`` (those with an agent report)."""
+        return {
+            node.name: part.report
+            for node in nodes
+            if (part := contribution(node)).report is not None
+        }
 
     def copy(self) -> NodeTally:
         """A snapshot for one pass (the failures themselves are immutable)."""

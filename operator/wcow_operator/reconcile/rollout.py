@@ -1,0 +1,194 @@
+"""Paced rollout: who may change to the current plan, decided from the nodes' own reports.
+
+A plan change reaches at most ``maxUnavailable`` nodes at a time. A node is unavailable from
+the moment it is allowed to change (or reports that it is trying the plan) until its agent
+reports the plan applied with its canaries passed. A node that fails (canary failure,
+containerd rolled back, or no result within the timeout) halts the rollout: nobody new is
+let in, nodes already done keep the new config, nodes not started keep the old one. A new
+plan starts a new rollout; a new value of the resume annotation on a changed profile resumes
+a halted one. Everything the decision needs is in the rollout ConfigMap and the Node reports,
+so a new leader continues where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from wcow_operator.api.conditions import timestamp
+from wcow_operator.api.rollout import Halt, Rollout
+from wcow_operator.api.v1alpha1 import NodeFailure
+
+NodeState = Literal["done", "applying", "failed", "waiting"]
+MAX_LISTED = 5
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """What one node's agent says about plans (parsed once, when the node changes)."""
+
+    applied_plan_hash: str | None
+    attempted_plan_hash: str | None
+    states: Mapping[str, tuple[str, str, str]]  # handler -> (state, reason, message)
+
+
+@dataclass(frozen=True)
+class Progress:
+    plan_hash: str
+    changed: frozenset[str]
+    done: int = 0
+    applying: int = 0
+    failed: int = 0
+    total: int = 0  # nodes with an agent
+    halted: Halt | None = None
+    failures: list[NodeFailure] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return self.done == self.total
+
+
+def parse_max_unavailable(value: int | str, nodes: int) -> int:
+    """A count, or a percentage of the nodes rounded up (as a DaemonSet does); at least 1."""
+    if isinstance(value, str):
+        percent = int(value.rstrip("%"))
+        return max(1, math.ceil(nodes * percent / 100))
+    return max(1, value)
+
+
+def changed_handlers(previous: Mapping[str, Any] | None, plan: Mapping[str, Any]) -> frozenset[str]:
+    """Handlers added, removed or changed between two plans; all of them without a previous."""
+    new = plan.get("handlers") or {}
+    if previous is None:
+        return frozenset(new)
+    old = previous.get("handlers") or {}
+    return frozenset(h for h in set(old) | set(new) if old.get(h) != new.get(h))
+
+
+def node_state(report: NodeReport, plan_hash: str, changed: frozenset[str]) -> NodeState:
+    if report.applied_plan_hash == plan_hash:
+        return "done"
+    if report.attempted_plan_hash == plan_hash:
+        broken = any(
+            report.states.get(h, ("", "", ""))[0] in ("Failed", "Conflict") for h in changed
+        )
+        return "failed" if broken else "applying"
+    return "waiting"
+
+
+def _failure(name: str, report: NodeReport, changed: frozenset[str]) -> NodeFailure:
+    for handler in sorted(changed):
+        state, reason, message = report.states.get(handler, ("", "", ""))
+        if state in ("Failed", "Conflict"):
+            return NodeFailure(node=name, reason=reason, message=f"{handler}: {message}"[:1024])
+    return NodeFailure(node=name, reason="Failed", message="the plan failed on this node")
+
+
+def decide(
+    *,
+    plan: Mapping[str, Any],
+    previous_plan: Mapping[str, Any] | None,
+    current: Rollout | None,
+    reports: Mapping[str, NodeReport],
+    max_unavailable: Callable[[frozenset[str]], int],
+    resume_key: str,
+    now: datetime,
+    timeout: timedelta,
+) -> tuple[Rollout, Progress]:
+    """The rollout for ``plan`` after this pass, and where it stands."""
+    plan_hash = str(plan["hash"])
+    if current is None or current.plan_hash != plan_hash:
+        current = _start(plan, previous_plan, current, len(reports), resume_key)
+    changed = frozenset(current.changed_handlers)
+    permitted = {n: t for n, t in current.permitted.items() if n in reports}  # gone: freed
+    halted = current.halted
+    if halted is not None and resume_key != current.resumed_by:
+        failed = {f.node for f in halted.nodes}
+        permitted = {n: t for n, t in permitted.items() if n not in failed}  # re-granted later
+        halted = None
+
+    states: dict[str, NodeState] = {}
+    for name, report in sorted(reports.items()):
+        state = node_state(report, plan_hash, changed)
+        if state == "failed" and name not in permitted:
+            state = "waiting"  # failed before a resume, or on its own: tried again when let in
+        states[name] = state
+    failures = [_failure(n, reports[n], changed) for n, s in states.items() if s == "failed"]
+    for name, granted in permitted.items():
+        if states[name] in ("waiting", "applying") and now - _time(granted) > timeout:
+            states[name] = "failed"
+            failures.append(
+                NodeFailure(
+                    node=name,
+                    reason="RolloutTimeout",
+                    message=f"no result within {int(timeout.total_seconds())} s of permission",
+                )
+            )
+    failures.sort(key=lambda f: f.node)
+    if failures and halted is None:
+        names = ", ".join(f"{f.node} ({f.reason})" for f in failures[:MAX_LISTED])
+        halted = Halt(
+            reason="NodeFailed",
+            message=f"stopped after a node failed the change: {names}",
+            since=timestamp(now),
+            nodes=failures[:MAX_LISTED],
+        )
+
+    limit = max_unavailable(changed)
+    busy = [n for n, s in states.items() if s == "applying" or (n in permitted and s == "waiting")]
+    if halted is None:
+        budget = limit - len(busy)
+        for name, state in states.items():
+            if budget <= 0:
+                break
+            if state == "waiting" and name not in permitted:
+                permitted[name] = timestamp(now)
+                budget -= 1
+    rollout = Rollout(
+        plan_hash=plan_hash,
+        changed_handlers=sorted(changed),
+        max_unavailable=limit,
+        permitted=dict(sorted(permitted.items())),
+        halted=halted,
+        resumed_by=resume_key,
+    )
+    counts = {s: sum(1 for v in states.values() if v == s) for s in ("done", "failed")}
+    progress = Progress(
+        plan_hash=plan_hash,
+        changed=changed,
+        done=counts["done"],
+        applying=len([n for n in permitted if states.get(n) in ("applying", "waiting")]),
+        failed=counts["failed"],
+        total=len(reports),
+        halted=halted,
+        failures=failures[:MAX_LISTED],
+    )
+    return rollout, progress
+
+
+def _start(
+    plan: Mapping[str, Any],
+    previous_plan: Mapping[str, Any] | None,
+    last: Rollout | None,
+    nodes: int,
+    resume_key: str,
+) -> Rollout:
+    """A new rollout: nobody permitted yet, the resume annotations as they are now."""
+    changed = changed_handlers(previous_plan, plan)
+    unfinished = last is not None and (last.halted is not None or len(last.permitted) < nodes)
+    if last is not None and unfinished and last.plan_hash == (previous_plan or {}).get("hash"):
+        # Nodes that had not reached the last plan still need its changes too.
+        changed |= frozenset(last.changed_handlers)
+    return Rollout(
+        plan_hash=str(plan["hash"]),
+        changed_handlers=sorted(changed),
+        max_unavailable=1,
+        resumed_by=resume_key,
+    )
+
+
+def _time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))

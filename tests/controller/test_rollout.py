@@ -1,0 +1,254 @@
+"""Paced rollout decisions: a change reaches maxUnavailable nodes at a time, a failure halts
+it, a new spec or the resume annotation resumes it, and everything comes from the rollout
+ConfigMap and the nodes' reports (so a new leader continues where the last one stopped)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from tests.conftest import profile_document
+from tests.controller.builders import observed, profile_body
+from wcow_operator.api.rollout import RESUME_ANNOTATION, Rollout, may_change, parse_rollout
+from wcow_operator.reconcile.core import ReconcileSettings, reconcile
+from wcow_operator.reconcile.model import ObservedNode
+from wcow_operator.reconcile.rollout import (
+    NodeReport,
+    Progress,
+    changed_handlers,
+    decide,
+    parse_max_unavailable,
+)
+from wcow_operator.render.plan import build_plan
+
+NOW = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
+TIMEOUT = timedelta(minutes=15)
+OLD = build_plan({"hv": {"v": 1}, "proc": {"v": 1}})
+NEW = build_plan({"hv": {"v": 2}, "proc": {"v": 1}})
+
+
+def report(applied: str | None, attempted: str | None = None, hv: str = "Ready") -> NodeReport:
+    return NodeReport(applied, attempted or applied, {"hv": (hv, f"R{hv}", f"{hv} message")})
+
+
+def fleet(count: int, **states: NodeReport) -> dict[str, NodeReport]:
+    reports = {f"n{i:02d}": report(OLD["hash"]) for i in range(count)}
+    reports.update(states)
+    return reports
+
+
+def step(
+    current: Rollout | None,
+    reports: dict[str, NodeReport],
+    *,
+    limit: int | str = 2,
+    plan: dict[str, Any] = NEW,
+    resume: str = "",
+    now: datetime = NOW,
+) -> tuple[Rollout, Progress]:
+    return decide(
+        plan=plan,
+        previous_plan=OLD,
+        current=current,
+        reports=reports,
+        max_unavailable=lambda _changed: parse_max_unavailable(limit, len(reports)),
+        resume_key=resume,
+        now=now,
+        timeout=TIMEOUT,
+    )
+
+
+def test_what_changed_between_two_plans() -> None:
+    assert changed_handlers(OLD, NEW) == {"hv"}
+    assert changed_handlers(None, NEW) == {"hv", "proc"}
+    assert changed_handlers(NEW, build_plan({"proc": {"v": 1}})) == {"hv"}  # removed
+
+
+@pytest.mark.parametrize(
+    ("value", "nodes", "count"),
+    [(3, 100, 3), ("10%", 200, 20), ("10%", 5, 1), ("25%", 10, 3), ("100%", 7, 7), (1, 0, 1)],
+)
+def test_max_unavailable_counts_and_percentages_round_up(
+    value: int | str, nodes: int, count: int
+) -> None:
+    assert parse_max_unavailable(value, nodes) == count
+
+
+def test_a_good_change_reaches_every_node_a_few_at_a_time() -> None:
+    reports = fleet(5)
+    rollout, progress = step(None, reports)
+    assert sorted(rollout.permitted) == ["n00", "n01"]
+    assert rollout.changed_handlers == ["hv"]
+    assert (progress.done, progress.total) == (0, 5)
+    waves = 1
+    while not progress.complete:
+        # Permitted nodes apply the plan and report it; the next ones get permission.
+        for name in rollout.permitted:
+            reports[name] = report(NEW["hash"])
+        rollout, progress = step(rollout, reports)
+        busy = [n for n in rollout.permitted if reports[n].applied_plan_hash != NEW["hash"]]
+        assert len(busy) <= 2
+        waves += 1
+    assert waves == 4  # 2 + 2 + 1 nodes, then the last report
+    assert progress.halted is None
+
+
+def test_only_permitted_nodes_may_change_and_only_to_that_plan() -> None:
+    rollout, _ = step(None, fleet(3))
+    assert may_change(rollout, NEW["hash"], "n00")
+    assert not may_change(rollout, NEW["hash"], "n02")
+    assert not may_change(rollout, OLD["hash"], "n00")
+    assert not may_change(None, NEW["hash"], "n00")
+    assert parse_rollout("{not json") is None  # unreadable: nobody may change
+
+
+def test_a_failure_halts_the_rollout_and_nobody_else_starts() -> None:
+    reports = fleet(6)
+    rollout, _ = step(None, reports)
+    reports["n00"] = report(NEW["hash"])
+    reports["n01"] = report(OLD["hash"], attempted=NEW["hash"], hv="Failed")
+    rollout, progress = step(rollout, reports)
+    assert progress.halted is not None
+    assert progress.failures[0].node == "n01"
+    assert progress.failures[0].reason == "RFailed"
+    assert sorted(rollout.permitted) == ["n00", "n01"]  # no new permission
+    assert (progress.done, progress.failed) == (1, 1)
+    again, _ = step(rollout, reports, now=NOW + timedelta(minutes=1))
+    assert again == rollout  # stays halted; nothing rewritten
+
+
+def test_a_new_spec_starts_a_new_rollout() -> None:
+    reports = fleet(4)
+    rollout, _ = step(None, reports)
+    reports["n00"] = report(OLD["hash"], attempted=NEW["hash"], hv="Failed")
+    halted, _ = step(rollout, reports)
+    assert halted.halted is not None
+    fixed = build_plan({"hv": {"v": 3}, "proc": {"v": 1}})
+    resumed, progress = step(halted, reports, plan=fixed)
+    assert resumed.plan_hash == fixed["hash"]
+    assert progress.halted is None
+    assert len(resumed.permitted) == 2
+
+
+def test_the_resume_annotation_resumes_and_retries_the_failed_node_in_turn() -> None:
+    reports = fleet(3)
+    rollout, _ = step(None, reports, limit=1)
+    reports["n00"] = report(OLD["hash"], attempted=NEW["hash"], hv="Failed")
+    halted, _ = step(rollout, reports, limit=1)
+    assert halted.halted is not None
+    assert step(halted, reports, limit=1)[0].halted is not None  # same key: still halted
+    resumed, progress = step(halted, reports, limit=1, resume="hv=1")
+    assert progress.halted is None
+    assert resumed.resumed_by == "hv=1"
+    assert list(resumed.permitted) == ["n00"]  # re-granted first (by name): it retries
+
+
+def test_a_node_silent_past_the_timeout_fails_the_rollout() -> None:
+    reports = fleet(3)
+    rollout, _ = step(None, reports, limit=1)
+    _, progress = step(rollout, reports, limit=1, now=NOW + TIMEOUT + timedelta(seconds=1))
+    assert progress.halted is not None
+    assert progress.failures[0].reason == "RolloutTimeout"
+
+
+def test_a_deleted_node_frees_its_permission() -> None:
+    reports = fleet(3)
+    rollout, _ = step(None, reports, limit=1)
+    assert list(rollout.permitted) == ["n00"]
+    del reports["n00"]
+    rollout, progress = step(rollout, reports, limit=1)
+    assert list(rollout.permitted) == ["n01"]
+    assert progress.halted is None
+
+
+def test_new_nodes_trying_on_their_own_count_against_the_budget() -> None:
+    reports = fleet(4)
+    reports["n03"] = report(None, attempted=NEW["hash"], hv="Pending")  # a new node, applying
+    rollout, progress = step(None, reports, limit=2)
+    assert list(rollout.permitted) == ["n00"]
+    assert progress.halted is None
+
+
+def test_a_new_leader_continues_from_the_configmap_alone() -> None:
+    reports = fleet(4)
+    rollout, _ = step(None, reports)
+    text = json.dumps(rollout.model_dump(by_alias=True, mode="json"))
+    reports["n00"] = report(NEW["hash"])
+    continued, _ = step(parse_rollout(text), reports)
+    original, _ = step(rollout, reports)
+    assert continued == original
+
+
+# --- through reconcile: status, conditions, events, the ConfigMap ------------------------
+
+SETTINGS = ReconcileSettings(namespace="wcow-system", max_unavailable=1)
+
+
+def windows(
+    name: str, applied: str | None, attempted: str | None = None, hv: str = "Ready"
+) -> ObservedNode:
+    status = {
+        "hostBuild": "10.0.20348",
+        "hypervAvailable": True,
+        "appliedPlanHash": applied,
+        "attemptedPlanHash": attempted or applied,
+        "handlers": {"hv": {"state": hv, "reason": f"R{hv}", "message": f"{hv} on {name}"}},
+    }
+    labels = {"runtime.wcow.dev/hv": "ready"} if hv == "Ready" else {}
+    return ObservedNode(name, labels, json.dumps(status))
+
+
+def test_profile_status_shows_progress_and_a_halt_names_the_node_and_how_to_resume() -> None:
+    body = profile_body("hv")
+    state = observed(body, nodes=[windows(f"n{i}", None) for i in range(3)])
+    first = reconcile(state, SETTINGS, NOW)
+    (rollout_write,) = [w for w in first.writes if w.kind == "write-rollout"]
+    rollout = parse_rollout(rollout_write.body["data"]["rollout.json"])
+    assert rollout is not None
+    assert list(rollout.permitted) == ["n0"]
+    assert first.statuses["hv"]["rollout"]["progress"] == "0/3"
+    plan_cm = next(w for w in first.writes if w.kind == "write-plan").body
+    assert plan_cm["metadata"]["annotations"]["runtime.wcow.dev/rollout"] == "paced"
+
+    plan_hash = rollout.plan_hash
+    body["status"] = first.statuses["hv"]
+    failed = observed(
+        body,
+        plan_config_map=plan_cm,
+        rollout_config_map=rollout_write.body,
+        nodes=[
+            windows("n0", None, plan_hash, hv="Failed"),
+            windows("n1", None),
+            windows("n2", None),
+        ],
+    )
+    second = reconcile(failed, SETTINGS, NOW)
+    status = second.statuses["hv"]
+    assert status["rollout"]["state"] == "Halted"
+    rolled = next(c for c in status["conditions"] if c["type"] == "RolledOut")
+    assert rolled["reason"] == "RolloutHalted"
+    assert "n0 (RFailed)" in rolled["message"]
+    assert RESUME_ANNOTATION in rolled["message"]
+    assert "RolloutHalted" in [e.reason for e in second.events]
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] != "RolloutHalted"  # nodes on the last plan stay ready
+
+
+def test_a_profile_can_lower_max_unavailable() -> None:
+    slow = profile_document("hv", rollout={"maxUnavailable": 1})
+    slow["metadata"].update(uid="uid-hv", generation=1, finalizers=["runtime.wcow.dev/cleanup"])
+    nodes = [windows(f"n{i}", None) for i in range(10)]
+    outcome = reconcile(
+        observed(slow, nodes=nodes), ReconcileSettings(namespace="wcow-system"), NOW
+    )
+    (write,) = [w for w in outcome.writes if w.kind == "write-rollout"]
+    rollout = parse_rollout(write.body["data"]["rollout.json"])
+    assert rollout is not None
+    assert rollout.max_unavailable == 1  # the default 10% of 10 would be 1 too: check 50%
+    fast = ReconcileSettings(namespace="wcow-system", max_unavailable="50%")
+    outcome = reconcile(observed(slow, nodes=nodes), fast, NOW)
+    (write,) = [w for w in outcome.writes if w.kind == "write-rollout"]
+    assert len(parse_rollout(write.body["data"]["rollout.json"]).permitted) == 1  # type: ignore[union-attr]
