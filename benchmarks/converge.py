@@ -109,6 +109,9 @@ def run(args: argparse.Namespace, kubeconfig: Path) -> None:
 
             wait_for(f"{args.profiles} profiles to converge", converged, timeout=args.timeout)
             operator_seconds = time.perf_counter() - start
+            passes = metric(operator["metrics"], "wcow_reconcile_duration_seconds_count")
+            pass_seconds = metric(operator["metrics"], "wcow_reconcile_duration_seconds_sum")
+            writes = metric(operator["metrics"], "wcow_api_writes_total")
 
             floor_start = time.perf_counter()
             for body in bodies:
@@ -156,6 +159,8 @@ def run(args: argparse.Namespace, kubeconfig: Path) -> None:
     print(
         f"ratio operator/floor:           {operator_seconds / floor_seconds:8.2f}   target <= 1.5"
     )
+    print(f"passes until converged:         {passes:8.0f}   ({pass_seconds:.2f} s in passes)")
+    print(f"API writes until converged:     {writes:8.0f}")
     print(f"API writes in {args.quiet_seconds:.0f} s quiet:      {quiet_writes:8.0f}   target 0")
     print(f"operator peak RSS:              {rss:8.1f} MiB target < 150")
 
