@@ -269,12 +269,16 @@ def test_informer_lists_again_when_the_watch_expired() -> None:
     assert sorted(cache.observe(PLAN).runtime_classes) == ["b"]  # "a" was deleted meanwhile
 
 
-def test_informer_survives_a_broken_connection() -> None:
+def test_informer_resumes_after_a_broken_connection_without_listing() -> None:
     transport = FakeTransport(
-        pages=[[Page([], "10", None)], [Page([obj("b", 12)], "12", None)]],
-        watches=[[{"type": "ADDED", "object": obj("a", 11)}, ConnectionResetError("reset")]],
+        pages=[[Page([], "10", None)]],
+        watches=[
+            [{"type": "ADDED", "object": obj("a", 11)}, ConnectionResetError("reset")],
+            [{"type": "ADDED", "object": obj("b", 12)}],
+        ],
     )
     cache = ClusterCache()
     run_until_done(transport, cache)
-    assert transport.lists == 2
-    assert sorted(cache.observe(PLAN).runtime_classes) == ["b"]
+    assert transport.lists == 1
+    assert transport.watched_from[:2] == ["10", "11"]  # resumed where it broke
+    assert sorted(cache.observe(PLAN).runtime_classes) == ["a", "b"]

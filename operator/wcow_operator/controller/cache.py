@@ -136,9 +136,6 @@ class ClusterCache:
     def synced(self) -> bool:
         return all(event.is_set() for event in self._synced.values())
 
-    def wait_synced(self, timeout: float | None = None) -> bool:
-        return all(event.wait(timeout) for event in self._synced.values())
-
     def observe(self, plan_config_map: str, rollout_config_map: str = "") -> Observed:
         with self._lock:
             profiles = [ObservedProfile(p) for _, p in sorted(self._objects["profiles"].items())]

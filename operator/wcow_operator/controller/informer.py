@@ -1,9 +1,10 @@
 """Keep one collection of the cluster in the cache: list once, then watch.
 
 The list is paged; the watch resumes from the last version it saw (bookmarks keep that
-version fresh on quiet collections) and is reopened when the server ends it, without a new
-list. Only when the server no longer has that version (410 Gone) or the connection fails is
-the collection listed again. So a quiet cluster costs each collection one open watch.
+version fresh on quiet collections) and is reopened when the server ends it or the
+connection fails, without a new list. Only when the server no longer has that version
+(410 Gone) is the collection listed again. So a quiet cluster costs each collection one
+open watch.
 
 Written here rather than taken from kopf: kopf's watches hand whole objects to handlers and
 say nothing about when the first listing is complete, while the controller must not plan
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from wcow_operator.api.rollout import ROLLOUT_CONFIGMAP
@@ -78,21 +80,28 @@ def run_informer(
     retry_seconds: float = RETRY_SECONDS,
     watch_seconds: int = WATCH_SECONDS,
 ) -> None:
-    """Feed ``cache`` with ``watched`` until ``stop`` is set."""
+    """Feed ``cache`` with ``watched`` until ``stop`` is set. A failed connection resumes
+    the watch from the last version seen (as client-go's reflector does); only an expired
+    version (410) lists again."""
+    seen = _Seen()
     while not stop.is_set():
         try:
-            items, version = list_all(api, watched)
-            on_list(watched.kind)
-            cache.replace(watched.kind, items)
-            while not stop.is_set():
-                version = _follow(api, watched, cache, stop, version, watch_seconds=watch_seconds)
+            if seen.version is None:
+                items, seen.version = list_all(api, watched)
+                on_list(watched.kind)
+                cache.replace(watched.kind, items)
+            _follow(api, watched, cache, stop, seen, watch_seconds=watch_seconds)
         except WatchExpiredError as expired:
             log.info("watch of %s expired (%s); listing again", watched.kind, expired)
+            seen.version = None
         except Exception as error:  # noqa: BLE001 - a watch must survive any failure
-            log.warning(
-                "watching %s: %s; listing again in %.0f s", watched.kind, error, retry_seconds
-            )
+            log.warning("watching %s: %s; retrying in %.0f s", watched.kind, error, retry_seconds)
             stop.wait(retry_seconds)
+
+
+@dataclass
+class _Seen:
+    version: str | None = None  # the last resourceVersion seen; None: list first
 
 
 def _follow(
@@ -100,17 +109,16 @@ def _follow(
     watched: Watched,
     cache: ClusterCache,
     stop: threading.Event,
-    version: str,
+    seen: _Seen,
     *,
     watch_seconds: int,
-) -> str:
-    """One watch request; returns the version to resume from."""
-    for event in api.watch(watched, version, watch_seconds):
+) -> None:
+    """One watch request from ``seen.version``, which moves on with every event."""
+    for event in api.watch(watched, seen.version or "", watch_seconds):
         if stop.is_set():
             break
         kind = event.get("type")
         obj = event.get("object") or {}
-        version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+        seen.version = str((obj.get("metadata") or {}).get("resourceVersion") or seen.version)
         if kind in ("ADDED", "MODIFIED", "DELETED"):
             cache.apply(watched.kind, kind, kept(watched.kind, obj))
-    return version
