@@ -46,6 +46,7 @@ from tests.e2e.operator_harness import (
     GROUP,
     PLURAL,
     VERSION,
+    apiserver_requests,
     installed_crd,
     metric,
     namespace,
@@ -154,24 +155,6 @@ def node_body(name: str, run: str, handlers: list[str]) -> dict[str, Any]:
             },
         },
     }
-
-
-def apiserver_requests(api_client: client.ApiClient) -> Counter[tuple[str, str]]:
-    """apiserver_request_total summed by (verb, resource), from the server's /metrics."""
-    method, url, headers, _, _ = api_client.param_serialize(
-        "GET", "/metrics", header_params={"Accept": "text/plain"}, auth_settings=["BearerToken"]
-    )
-    response = api_client.call_api(method, url, header_params=headers)
-    text = response.read().decode()  # type: ignore[no-untyped-call]
-    totals: Counter[tuple[str, str]] = Counter()
-    for line in text.splitlines():
-        if not line.startswith("apiserver_request_total{"):
-            continue
-        labels_text, value = line[len("apiserver_request_total{") :].rsplit("} ", 1)
-        labels = dict(part.split("=", 1) for part in labels_text.split(",") if "=" in part)
-        key = (labels.get("verb", "").strip('"'), labels.get("resource", "").strip('"'))
-        totals[key] += int(float(value))
-    return totals
 
 
 def parallel(what: str, call: Callable[[str], Any], names: list[str]) -> None:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -226,3 +227,21 @@ def read_plan(api_client: client.ApiClient, ns: str) -> dict[str, Any] | None:
             return None
         raise
     return dict(json.loads((config_map.data or {})["plan.json"]))
+
+
+def apiserver_requests(api_client: client.ApiClient) -> Counter[tuple[str, str]]:
+    """apiserver_request_total summed by (verb, resource), from the server's /metrics."""
+    method, url, headers, _, _ = api_client.param_serialize(
+        "GET", "/metrics", header_params={"Accept": "text/plain"}, auth_settings=["BearerToken"]
+    )
+    response = api_client.call_api(method, url, header_params=headers)
+    text = response.read().decode()  # type: ignore[no-untyped-call]
+    totals: Counter[tuple[str, str]] = Counter()
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels_text, value = line[len("apiserver_request_total{") :].rsplit("} ", 1)
+        labels = dict(part.split("=", 1) for part in labels_text.split(",") if "=" in part)
+        key = (labels.get("verb", "").strip('"'), labels.get("resource", "").strip('"'))
+        totals[key] += int(float(value))
+    return totals

@@ -18,6 +18,7 @@ from tests.e2e.operator_harness import (
     GROUP,
     PLURAL,
     VERSION,
+    apiserver_requests,
     condition,
     installed_crd,
     metric,
@@ -252,3 +253,56 @@ def test_orphaned_runtime_class_is_garbage_collected(kube: client.ApiClient, pre
             lambda: _get_rc(node, name) is None,
             timeout=120,
         )
+
+
+def test_at_rest_the_api_server_serves_the_operator_nothing_but_its_watches(
+    kube: client.ApiClient, prefix: str
+) -> None:
+    """Counted by the API server itself (apiserver_request_total): once settled, resync passes
+    (every 5 s here) read memory, so no list, get or write reaches the server. Run on a
+    cluster where nothing else is busy (the local control plane is)."""
+    custom = client.CustomObjectsApi(kube)
+    core = client.CoreV1Api(kube)
+    names = [f"{prefix}-rest-{i}" for i in range(3)]
+    nodes = [f"{prefix}-win-{i}" for i in range(3)]
+    with installed_crd(kube), namespace(kube, prefix) as ns:
+        for node in nodes:
+            core.create_node(
+                {"metadata": {"name": node, "labels": {"kubernetes.io/os": "windows"}}}
+            )
+        try:
+            with (
+                running_operator(ns, "--resync-seconds", "5") as operator,
+                profiles_cleaned_up(kube, names),
+            ):
+                for name in names:
+                    custom.create_cluster_custom_object(
+                        GROUP, VERSION, PLURAL, profile(name, isolation="Process")
+                    )
+                wait_for(
+                    "the profiles to be Valid",
+                    lambda: all(
+                        (condition(_profile_body(custom, n) or {}, "Valid") or {}).get("status")
+                        == "True"
+                        for n in names
+                    ),
+                )
+                _settle(operator["metrics"])
+                passes = metric(operator["metrics"], "wcow_reconcile_total")
+                before = apiserver_requests(kube)
+                time.sleep(12)
+                served = apiserver_requests(kube) - before
+                assert metric(operator["metrics"], "wcow_reconcile_total") >= passes + 2
+                # Watches stay open (reopening one is a WATCH, allowed); the control plane's own
+                # clients renew leases and re-watch other resources. Nothing else may reach
+                # what the operator reads or writes.
+                ours = {PLURAL, "runtimeclasses", "configmaps", "nodes", "events"}
+                busy = {
+                    (verb, resource): n
+                    for (verb, resource), n in served.items()
+                    if n and resource in ours and verb != "WATCH"
+                }
+                assert busy == {}, busy
+        finally:
+            for node in nodes:
+                core.delete_node(node)
