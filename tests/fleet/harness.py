@@ -67,13 +67,16 @@ class Operator:
 
 
 @contextlib.contextmanager
-def running_operator(kubeconfig: Path, namespace: str, log: Path) -> Iterator[Operator]:
+def running_operator(
+    kubeconfig: Path, namespace: str, log: Path, *extra: str
+) -> Iterator[Operator]:
+    """``extra``: more ``wcow-operator`` flags (``--max-unavailable 3``)."""
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     env.pop("POD_NAME", None)
     metrics, health = free_port(), free_port()
     with log.open("w", encoding="utf-8") as output:
         process = subprocess.Popen(
-            operator_command(namespace, metrics, health),
+            operator_command(namespace, metrics, health, *extra),
             env=env,
             stdout=output,
             stderr=subprocess.STDOUT,
@@ -99,13 +102,17 @@ def running_fleet(
     *,
     hyperv: bool = True,
     faults: tuple[str, ...] = (),
+    restart_seconds: float = 0.05,
+    canary_seconds: float = 0.05,
 ) -> Iterator[Fleet]:
     """Simulated nodes named ``<prefix>1..N``; their Nodes are deleted afterwards."""
     options = FleetOptions(
         nodes=nodes,
         namespace=namespace,
         name_prefix=prefix,
-        settings=HostSettings(hyperv=hyperv, restart_seconds=0.05, canary_seconds=0.05),
+        settings=HostSettings(
+            hyperv=hyperv, restart_seconds=restart_seconds, canary_seconds=canary_seconds
+        ),
         faults=[parse_fault(text) for text in faults],
         retry_seconds=2.0,
         drift_check_seconds=5.0,

@@ -1,0 +1,197 @@
+"""The paced rollout judged from the nodes themselves: each simulated host's journal says
+when its agent applied (preflight of a new config.toml, containerd restart, canaries), so
+how many nodes applied at once is measured, not taken from the operator's word.
+
+Shared by tests/fleet/test_fleet_rollout.py (real control plane), the kmock fleet test and
+benchmarks/rollout.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+
+from tests.e2e.operator_harness import GROUP, PLURAL, VERSION, condition, read_plan
+from tests.fleet.harness import Operator, View, raw
+from wcow_agent.host.simulated import SimulatedNode
+from wcow_operator.api.rollout import (
+    RESUME_ANNOTATION,
+    ROLLOUT_CONFIGMAP,
+    ROLLOUT_KEY,
+    Rollout,
+    parse_rollout,
+)
+from wcow_operator.render.runtimeclass import READY_VALUE, ready_label
+
+# Host steps that belong to applying a config: the preflight (``containerd config dump`` of
+# the candidate file) opens an apply; the restart and the canaries that follow are part of it.
+APPLY_STEPS = frozenset(
+    {
+        "preflight",
+        "restart",
+        "restarted",
+        "restart-failed",
+        "killed",
+        "sandbox-start",
+        "sandbox-failed",
+        "sandbox-removed",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Window:
+    """One node applying one config: its preflight to its last host step before its next
+    preflight (restart, rollback, canaries)."""
+
+    node: str
+    start: float
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+def apply_windows(nodes: Mapping[str, SimulatedNode], since: float) -> list[Window]:
+    """Every apply that started at or after ``since``, from the hosts' own journals."""
+    windows: list[Window] = []
+    for name, node in nodes.items():
+        with node.lock:
+            entries = [e for e in node.journal if e.time >= since and e.event in APPLY_STEPS]
+        start: float | None = None
+        end = 0.0
+        for entry in entries:
+            if entry.event == "preflight":
+                if start is not None:
+                    windows.append(Window(name, start, end))
+                start = end = entry.time
+            elif start is not None:
+                end = entry.time
+        if start is not None:
+            windows.append(Window(name, start, end))
+    return sorted(windows, key=lambda w: (w.start, w.node))
+
+
+def peak_overlap(windows: Iterable[Window]) -> int:
+    """The most windows open at one instant (one that ends as another starts: not both)."""
+    edges = sorted(
+        [(w.start, 1) for w in windows] + [(w.end, -1) for w in windows],
+        key=lambda edge: (edge[0], edge[1]),
+    )
+    open_now = peak = 0
+    for _, step in edges:
+        open_now += step
+        peak = max(peak, open_now)
+    return peak
+
+
+def appliers(
+    nodes: Mapping[str, SimulatedNode], since: float, until: float | None = None
+) -> set[str]:
+    """Nodes whose agent started applying (a preflight) in [since, until]."""
+    return {w.node for w in apply_windows(nodes, since) if until is None or w.start <= until}
+
+
+def read_rollout(api: client.ApiClient, namespace: str) -> Rollout | None:
+    body = raw(client.CoreV1Api(api).read_namespaced_config_map, ROLLOUT_CONFIGMAP, namespace)
+    if body is None:
+        return None
+    return parse_rollout((body.get("data") or {}).get(ROLLOUT_KEY))
+
+
+def plan_hash(api: client.ApiClient, namespace: str) -> str | None:
+    plan = read_plan(api, namespace)
+    return str(plan["hash"]) if plan else None
+
+
+def patch_spec(api: client.ApiClient, name: str, spec: dict[str, Any]) -> None:
+    client.CustomObjectsApi(api).patch_cluster_custom_object(
+        GROUP, VERSION, PLURAL, name, {"spec": spec}
+    )
+
+
+def annotate_resume(api: client.ApiClient, name: str, value: str) -> None:
+    """``kubectl annotate wrp NAME runtime.wcow.dev/resume-rollout=VALUE --overwrite``."""
+    client.CustomObjectsApi(api).patch_cluster_custom_object(
+        GROUP, VERSION, PLURAL, name, {"metadata": {"annotations": {RESUME_ANNOTATION: value}}}
+    )
+
+
+def new_plan(operator: Operator, api: client.ApiClient, namespace: str, old: str | None) -> str:
+    """The hash of the plan the operator wrote after a change (waits until it differs)."""
+    found: str = operator.until(
+        "the operator to write the new plan",
+        lambda: (h := plan_hash(api, namespace)) != old and h,
+    )
+    return found
+
+
+def applied_hash(view: View, node: str) -> str | None:
+    status = view.agent_status(node) or {}
+    return status.get("appliedPlanHash")
+
+
+def rolled_out(view: View, name: str, hash_: str, nodes: int) -> dict[str, Any] | None:
+    """The profile once it says RolledOut=True for this plan on all ``nodes`` nodes."""
+    body = view.profile(name)
+    if body is None:
+        return None
+    status = body.get("status") or {}
+    rollout = status.get("rollout") or {}
+    done = (condition(body, "RolledOut") or {}).get("status") == "True" and rollout == {
+        **rollout,
+        "planHash": hash_,
+        "updated": nodes,
+        "total": nodes,
+        "state": "Complete",
+    }
+    return body if done else None
+
+
+def halted(view: View, name: str) -> dict[str, Any] | None:
+    """The profile's RolledOut condition once it is False for reason RolloutHalted."""
+    body = view.profile(name)
+    found = condition(body, "RolledOut") if body else None
+    if found and found.get("status") == "False" and found.get("reason") == "RolloutHalted":
+        return found
+    return None
+
+
+def events(api: client.ApiClient, name: str, reason: str) -> list[dict[str, Any]]:
+    """Events about the profile ``name`` with this reason, in any namespace."""
+    response = client.CoreV1Api(api).list_event_for_all_namespaces(
+        field_selector=f"involvedObject.name={name},reason={reason}",
+        _preload_content=False,
+        _request_timeout=15,
+    )
+    return list(json.loads(response.data).get("items") or [])
+
+
+def every_node_on(view: View, handler: str, hash_: str, option: tuple[str, Any]) -> bool:
+    """Every node applied ``hash_`` (its own report), has the handler's option on disk,
+    runs what is on disk, and is labelled ready."""
+    key, value = option
+    for fleet in view.fleets:
+        for name, sim in fleet.nodes.items():
+            table = view.disk_runtimes(name).get(handler) or {}
+            if (table.get("options") or {}).get(key) != value:
+                return False
+            if sim.running_text != sim.disk_text():
+                return False
+            if applied_hash(view, name) != hash_:
+                return False
+            if view.labels(name).get(ready_label(handler)) != READY_VALUE:
+                return False
+    return True
+
+
+def settle(seconds: float) -> None:
+    """Give the fleet time to do what it should not (apply past a halt, without an
+    operator): longer than one node's apply and the latency of a watch."""
+    time.sleep(seconds)

@@ -1,0 +1,334 @@
+"""The paced rollout on the real control plane (``make e2e``): ``wcow-operator`` and 20
+simulated Windows nodes running the real agent loop.
+
+Judged from the nodes' own reports and the simulated hosts' journals (when each agent
+preflighted, restarted containerd and ran its canaries), never from the operator's word:
+
+- a good change reaches every node, never more than maxUnavailable applying at once;
+- a bad change stops after at most maxUnavailable nodes; the others keep their config.toml
+  and their ready label; the profile says RolledOut=False RolloutHalted naming the node, and
+  a Warning event RolloutHalted is posted;
+- fixing the spec resumes it; so does the resume annotation after a node fault is repaired;
+- deleting the profile removes its table and label from every node, paced too;
+- the operator SIGKILLed mid-rollout: no node starts applying without permission while it is
+  down, and a new operator finishes the rollout without exceeding maxUnavailable.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from tests.e2e.operator_harness import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    installed_crd,
+    namespace,
+    profile,
+    profiles_cleaned_up,
+)
+from tests.fleet.harness import View, running_fleet, running_operator
+from tests.fleet.paced import (
+    annotate_resume,
+    appliers,
+    apply_windows,
+    events,
+    every_node_on,
+    halted,
+    new_plan,
+    patch_spec,
+    peak_overlap,
+    plan_hash,
+    read_rollout,
+    rolled_out,
+    settle,
+)
+from wcow_operator.render.runtimeclass import READY_VALUE, ready_label
+
+pytestmark = [
+    pytest.mark.e2e,
+    # Measured on the operator side alone (ab7c74b): all 20 nodes applied at once, because
+    # the agents do not wait for permission yet. Removed when the agent side lands.
+    pytest.mark.xfail(reason="agent side of the paced rollout (issue 9) not landed", strict=True),
+]
+
+NODES = 20
+# The operator's default for changes no profile limits: 15% of 20 nodes = 3.
+FLEET_MAX = "15%"
+FLEET_LIMIT = 3
+# The profile's own spec.rollout.maxUnavailable, lower: it wins for changes to it.
+PROFILE_LIMIT = 2
+CANARY_SECONDS = 0.3  # long enough that two nodes let in together overlap
+MEMORY = "VmMemorySizeInMb"
+
+
+def hyperv_profile(name: str, memory: int) -> dict[str, object]:
+    return profile(
+        name,
+        isolation="HyperV",
+        windowsBuild="ltsc2022",
+        vm={"processorCount": 2, "memoryMB": memory},
+        rollout={"maxUnavailable": PROFILE_LIMIT},
+    )
+
+
+def test_paced_rollout_good_bad_fixed_resumed_deleted(
+    kube: client.ApiClient, kubeconfig: Path, prefix: str, tmp_path: Path
+) -> None:
+    hv = f"{prefix}-hv"
+    custom = client.CustomObjectsApi(kube)
+    with (
+        installed_crd(kube),
+        namespace(kube, f"{prefix}-ns") as ns,
+        running_operator(
+            kubeconfig,
+            ns,
+            tmp_path / "operator.log",
+            "--max-unavailable",
+            FLEET_MAX,
+            "--rollout-timeout-seconds",
+            "120",
+        ) as operator,
+        running_fleet(
+            kubeconfig, tmp_path / "fleet", ns, f"{prefix}w", NODES, canary_seconds=CANARY_SECONDS
+        ) as fleet,
+        profiles_cleaned_up(kube, [hv]),
+    ):
+        view = View(kube, [fleet])
+        names = sorted(fleet.nodes)
+        operator.until(
+            "every simulated node's first report",
+            lambda: all(view.agent_status(n) is not None for n in names),
+        )
+        custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, hyperv_profile(hv, 2048))
+        first = new_plan(operator, kube, ns, None)
+        operator.until(
+            f"{hv} on every node",
+            lambda: (
+                every_node_on(view, hv, first, (MEMORY, 2048))
+                and rolled_out(view, hv, first, NODES)
+            ),
+        )
+
+        # (a) A good change reaches every node, at most PROFILE_LIMIT applying at once.
+        since = time.time()
+        patch_spec(kube, hv, {"vm": {"memoryMB": 3072}})
+        good = new_plan(operator, kube, ns, first)
+        operator.until(
+            "3072 MB on every node",
+            lambda: (
+                every_node_on(view, hv, good, (MEMORY, 3072)) and rolled_out(view, hv, good, NODES)
+            ),
+        )
+        windows = apply_windows(fleet.nodes, since)
+        assert sorted(w.node for w in windows) == names, windows  # each node applied once
+        assert peak_overlap(windows) <= PROFILE_LIMIT, windows
+        # Pacing lets PROFILE_LIMIT in together, not one by one.
+        assert peak_overlap(windows) == PROFILE_LIMIT, windows
+        rollout = read_rollout(kube, ns)
+        assert rollout is not None
+        assert rollout.plan_hash == good
+        assert rollout.max_unavailable == PROFILE_LIMIT
+        assert rollout.changed_handlers == [hv]
+        assert rollout.halted is None
+
+        # (b) A bad change: a runtime type no shim on the nodes implements; every canary
+        # fails. It stops after at most PROFILE_LIMIT nodes.
+        before = {n: fleet.nodes[n].disk_text() for n in names}
+        since = time.time()
+        patch_spec(kube, hv, {"containerd": {"runtimeType": "io.containerd.bogus.v1"}})
+        bad = new_plan(operator, kube, ns, good)
+        stop = operator.until(f"{hv} RolloutHalted", lambda: halted(view, hv))
+        settle(3.0)
+        tried = appliers(fleet.nodes, since)
+        assert 1 <= len(tried) <= PROFILE_LIMIT, tried
+        named = {n for n in names if n in stop["message"]}
+        assert named, stop["message"]
+        assert named <= tried, (named, tried)
+        for name in named:
+            state = (view.agent_status(name) or {})["handlers"][hv]
+            assert state["state"] == "Failed", (name, state)
+            assert (view.agent_status(name) or {}).get("attemptedPlanHash") == bad
+        for name in sorted(set(names) - tried):
+            assert fleet.nodes[name].disk_text() == before[name], f"{name} changed config.toml"
+            assert view.labels(name).get(ready_label(hv)) == READY_VALUE, name
+            assert applied_or_none(view, name) == good, name
+        body = view.profile(hv)
+        assert body is not None
+        assert body["status"]["rollout"]["state"] == "Halted", body["status"]
+        notes = events(kube, hv, "RolloutHalted")
+        assert notes, "no RolloutHalted event"
+        assert all(e["type"] == "Warning" for e in notes), notes
+        settle(2.0)
+        assert appliers(fleet.nodes, since) == tried, "the halted rollout went on"
+
+        # (c) Fixing the spec (and changing the memory, so every node has to apply): a new
+        # plan, a new rollout, completed at the same pace.
+        since = time.time()
+        patch_spec(
+            kube,
+            hv,
+            {"containerd": {"runtimeType": "io.containerd.runhcs.v1"}, "vm": {"memoryMB": 4096}},
+        )
+        fixed = new_plan(operator, kube, ns, bad)
+        operator.until(
+            "the fixed spec on every node",
+            lambda: (
+                every_node_on(view, hv, fixed, (MEMORY, 4096))
+                and rolled_out(view, hv, fixed, NODES)
+            ),
+        )
+        windows = apply_windows(fleet.nodes, since)
+        assert {w.node for w in windows} == set(names)
+        assert peak_overlap(windows) <= PROFILE_LIMIT, windows
+
+        # (c') A node fault halts a change; repaired, the resume annotation resumes it.
+        broken = names[6]
+        fleet.nodes[broken].faults.canary_fail.add(hv)
+        since = time.time()
+        patch_spec(kube, hv, {"vm": {"memoryMB": 5120}})
+        resumable = new_plan(operator, kube, ns, fixed)
+        stop = operator.until(f"{hv} halted by {broken}", lambda: halted(view, hv))
+        assert broken in stop["message"], stop["message"]
+        settle(3.0)
+        tried = appliers(fleet.nodes, since)
+        # In name order, two at a time: nobody after the one let in beside the broken node.
+        assert broken in tried
+        assert tried <= set(names[: names.index(broken) + PROFILE_LIMIT]), tried
+        untouched = sorted(set(names) - tried)
+        assert len(untouched) >= NODES - names.index(broken) - PROFILE_LIMIT
+        for name in untouched:
+            assert view.labels(name).get(ready_label(hv)) == READY_VALUE, name
+        fleet.nodes[broken].faults.canary_fail.discard(hv)
+        settle(3.0)  # the agent retries on its own; the rollout stays halted until resumed
+        assert halted(view, hv) is not None
+        assert appliers(fleet.nodes, since) == tried, "the halted rollout went on"
+        annotate_resume(kube, hv, "1")
+        operator.until(
+            "the resumed rollout on every node",
+            lambda: (
+                every_node_on(view, hv, resumable, (MEMORY, 5120))
+                and rolled_out(view, hv, resumable, NODES)
+            ),
+        )
+        windows = apply_windows(fleet.nodes, since)
+        assert {w.node for w in windows} == set(names)
+        assert peak_overlap(windows) <= PROFILE_LIMIT, windows
+        rollout = read_rollout(kube, ns)
+        assert rollout is not None
+        assert rollout.resumed_by is not None
+        assert f"{hv}=1" in rollout.resumed_by
+
+        # (d) Deleting the profile: its table and label leave every node, paced by the
+        # operator's limit (the profile's own went with it).
+        since = time.time()
+        custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, hv)
+        gone = new_plan(operator, kube, ns, resumable)
+        operator.until(
+            f"{hv}'s table and label gone from every node",
+            lambda: all(
+                hv not in view.disk_runtimes(n)
+                and ready_label(hv) not in view.labels(n)
+                and applied_or_none(view, n) == gone
+                for n in names
+            ),
+        )
+        windows = apply_windows(fleet.nodes, since)
+        assert {w.node for w in windows} == set(names)
+        assert peak_overlap(windows) <= FLEET_LIMIT, windows
+        rollout = read_rollout(kube, ns)
+        assert rollout is not None
+        assert rollout.plan_hash == gone
+        assert rollout.max_unavailable == FLEET_LIMIT
+        for name, sim in fleet.nodes.items():
+            assert sim.running_text == sim.disk_text(), name
+
+
+def applied_or_none(view: View, name: str) -> str | None:
+    return (view.agent_status(name) or {}).get("appliedPlanHash")
+
+
+def test_operator_killed_mid_rollout_no_node_applies_without_permission(
+    kube: client.ApiClient, kubeconfig: Path, prefix: str, tmp_path: Path
+) -> None:
+    hv = f"{prefix}-hv"
+    custom = client.CustomObjectsApi(kube)
+    flags = ("--max-unavailable", FLEET_MAX, "--rollout-timeout-seconds", "120")
+    with (
+        installed_crd(kube),
+        namespace(kube, f"{prefix}-ns") as ns,
+        running_fleet(
+            kubeconfig,
+            tmp_path / "fleet",
+            ns,
+            f"{prefix}w",
+            NODES,
+            canary_seconds=1.0,  # ten waves of about a second: time to kill mid-way
+        ) as fleet,
+        profiles_cleaned_up(kube, [hv]),  # strips the finalizer if no operator is left
+    ):
+        view = View(kube, [fleet])
+        names = sorted(fleet.nodes)
+        with running_operator(kubeconfig, ns, tmp_path / "first.log", *flags) as first:
+            first.until(
+                "every simulated node's first report",
+                lambda: all(view.agent_status(n) is not None for n in names),
+            )
+            custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, hyperv_profile(hv, 2048))
+            start = new_plan(first, kube, ns, None)
+            first.until(
+                f"{hv} on every node",
+                lambda: (
+                    every_node_on(view, hv, start, (MEMORY, 2048))
+                    and rolled_out(view, hv, start, NODES)
+                ),
+            )
+            since = time.time()
+            patch_spec(kube, hv, {"vm": {"memoryMB": 3072}})
+            change = new_plan(first, kube, ns, start)
+            first.until(
+                "four nodes through their canaries",
+                lambda: (
+                    len({w.node for w in apply_windows(fleet.nodes, since) if w.seconds > 0.9}) >= 4
+                ),
+            )
+            first.process.kill()  # SIGKILL: no goodbye, no last write
+            first.process.wait(timeout=10)
+            killed = time.time()
+        permitted = read_rollout(kube, ns)
+        assert permitted is not None
+        assert permitted.plan_hash == change
+        allowed = set(permitted.permitted)
+        assert len(allowed) < NODES, "the rollout had finished before the kill"
+        settle(5.0)
+        down = time.time()
+        during = {w.node for w in apply_windows(fleet.nodes, killed) if w.start <= down}
+        assert during <= allowed, f"applied without permission: {sorted(during - allowed)}"
+        assert appliers(fleet.nodes, since, down) <= allowed
+        for name in sorted(set(names) - allowed):
+            assert applied_or_none(view, name) == start, name
+            table = view.disk_runtimes(name)[hv]
+            assert table["options"][MEMORY] == 2048, name
+        assert read_rollout(kube, ns) == permitted, "someone wrote the rollout meanwhile"
+
+        with running_operator(kubeconfig, ns, tmp_path / "second.log", *flags) as second:
+            second.until(
+                "the rollout finished by the new operator",
+                lambda: (
+                    every_node_on(view, hv, change, (MEMORY, 3072))
+                    and rolled_out(view, hv, change, NODES)
+                ),
+            )
+            windows = apply_windows(fleet.nodes, since)
+            assert sorted(w.node for w in windows) == names, windows
+            assert peak_overlap(windows) <= PROFILE_LIMIT, windows
+            assert plan_hash(kube, ns) == change
+            custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, hv)
+            second.until(
+                f"{hv}'s table gone from every node",
+                lambda: all(hv not in view.disk_runtimes(n) for n in names),
+            )
