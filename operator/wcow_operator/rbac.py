@@ -67,13 +67,14 @@ AGENT_CLUSTER_RULES: Final[list[Rule]] = [
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},  # Node events: "default"
 ]
 
-# In the operator's namespace: read and watch the plan ConfigMap, by name (the agent's watch
-# selects it with fieldSelector metadata.name, which lets RBAC apply resourceNames).
+# In the operator's namespace: read and watch the plan and rollout ConfigMaps, by name (the
+# agent's watches select them with fieldSelector metadata.name, which lets RBAC apply
+# resourceNames).
 AGENT_NAMESPACE_RULES: Final[list[Rule]] = [
     {
         "apiGroups": [""],
         "resources": ["configmaps"],
-        "resourceNames": [PLAN_CONFIGMAP],
+        "resourceNames": [PLAN_CONFIGMAP, ROLLOUT_CONFIGMAP],
         "verbs": ["get", "list", "watch"],
     },
 ]
