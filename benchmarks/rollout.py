@@ -1,0 +1,261 @@
+"""The paced rollout at fleet size: how long a plan change takes to reach every node against
+the ideal, and what the fleet costs the API server once it is steady.
+
+    .venv/bin/python benchmarks/rollout.py [--nodes 200] [--max-unavailable 10%]
+
+Runs against the cluster KUBECONFIG points at, or else starts the project's local control
+plane (`make control-plane` builds it). Starts `wcow-operator` and N simulated Windows nodes
+running the real agent loop in this process (`wcow_agent.simulate.Fleet`, a 1 s containerd
+restart and a 0.5 s canary as `wcow-agent simulate` defaults), creates one HyperV profile,
+waits until every node runs it, then changes its `vm.memoryMB` and prints, one per line:
+
+    nodes, maxUnavailable, waves              (waves = ceil(N / maxUnavailable))
+    per-node apply: <seconds>                 (median, from the hosts' journals: preflight
+                                               to the last canary)
+    ideal: <seconds>                          (waves x per-node apply)
+    every node applied: <seconds>             (the change until the last node's journal
+                                               shows its canary done)
+    rollout complete in status: <seconds>     (until status.rollout says Complete)
+    peak nodes applying at once: <count>      (from the journals; must be <= maxUnavailable)
+    API requests per node per minute: <rate>  (steady: every request the API server counted
+                                               in --quiet-seconds, apiserver_request_total,
+                                               less what the control plane alone made in
+                                               as long before the operator started)
+    API writes per node per minute: <rate>    (POST/PUT/PATCH/DELETE/APPLY; target 0)
+
+and, for context, both windows' requests by verb and resource. Everything it
+creates is deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes import client, config
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.control_plane import cluster_kubeconfig
+from tests.e2e.operator_harness import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    apiserver_requests,
+    installed_crd,
+    namespace,
+    profile,
+    profiles_cleaned_up,
+)
+from tests.fleet.harness import Operator, View, running_operator
+from tests.fleet.paced import (
+    apply_windows,
+    new_plan,
+    patch_spec,
+    peak_overlap,
+    read_rollout,
+    rolled_out,
+)
+
+from wcow_agent.host.simulated import HostSettings
+from wcow_agent.k8s import KubernetesCluster
+from wcow_agent.simulate import Fleet, FleetCluster, FleetOptions
+from wcow_operator.api.rollout import Rollout
+from wcow_operator.reconcile.rollout import parse_max_unavailable
+
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"})
+
+
+def run(args: argparse.Namespace, kubeconfig: Path) -> None:
+    config.load_kube_config(str(kubeconfig))
+    kube = client.ApiClient()
+    run_id = f"rollout-{uuid.uuid4().hex[:6]}"
+    hv = f"{run_id}-hv"
+    limit = parse_max_unavailable(
+        args.max_unavailable if args.max_unavailable.endswith("%") else int(args.max_unavailable),
+        args.nodes,
+    )
+    waves = math.ceil(args.nodes / limit)
+    options = FleetOptions(
+        nodes=args.nodes,
+        namespace=run_id,
+        name_prefix=f"{run_id}-w",
+        settings=HostSettings(
+            restart_seconds=args.restart_seconds, canary_seconds=args.canary_seconds
+        ),
+        resync_seconds=args.agent_resync_seconds,
+    )
+
+    def cluster() -> FleetCluster:
+        return KubernetesCluster.from_kubeconfig(str(kubeconfig))
+
+    with (
+        tempfile.TemporaryDirectory(prefix="wcow-rollout-bench-") as workdir,
+        installed_crd(kube),
+        namespace(kube, run_id) as ns,
+    ):
+        # What the control plane does on its own (its leases, the garbage collector's
+        # discovery): subtracted, so the rate is what the operator and the agents cost.
+        background = quiet(kube, args.quiet_seconds)
+        with running_operator(
+            kubeconfig,
+            ns,
+            Path(workdir) / "operator.log",
+            "--max-unavailable",
+            args.max_unavailable,
+            "--log-level",
+            "WARNING",
+        ) as operator:
+            fleet = Fleet(options, Path(workdir) / "nodes", cluster)
+            try:
+                started = time.perf_counter()
+                fleet.start()
+                print(f"# {args.nodes} simulated nodes up in {time.perf_counter() - started:.1f} s")
+                figures, requests = measure(args, kube, operator, fleet, ns=ns, hv=hv)
+            finally:
+                problems = fleet.stop(cleanup=True, timeout=60)
+                for problem in problems[:10]:
+                    print(f"# warning: {problem}")
+
+    report(args, limit, waves, figures, requests, background=background)
+
+
+def quiet(kube: client.ApiClient, seconds: float) -> Counter[tuple[str, str]]:
+    """Every request the API server counts in ``seconds`` (apiserver_request_total)."""
+    before = apiserver_requests(kube)
+    time.sleep(seconds)
+    return apiserver_requests(kube) - before
+
+
+@dataclass(frozen=True)
+class Figures:
+    per_node: float
+    last: float
+    complete: float
+    peak: int
+    rollout: Rollout | None
+
+
+def measure(
+    args: argparse.Namespace,
+    kube: client.ApiClient,
+    operator: Operator,
+    fleet: Fleet,
+    *,
+    ns: str,
+    hv: str,
+) -> tuple[Figures, Counter[tuple[str, str]]]:
+    """Create the profile, wait for every node; change it, time it; then a quiet window."""
+    view = View(kube, [fleet])
+    with profiles_cleaned_up(kube, [hv]):
+        body = profile(
+            hv,
+            isolation="HyperV",
+            windowsBuild="ltsc2022",
+            vm={"processorCount": 2, "memoryMB": 2048},
+        )
+        created = time.time()
+        client.CustomObjectsApi(kube).create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+        first = new_plan(operator, kube, ns, None)
+        operator.until(
+            "the profile on every node",
+            lambda: rolled_out(view, hv, first, args.nodes),
+            timeout=args.timeout,
+        )
+        print(f"# profile created: on every node in {time.time() - created:.1f} s")
+        time.sleep(5)
+
+        changed = time.time()
+        patch_spec(kube, hv, {"vm": {"memoryMB": 3072}})
+        second = new_plan(operator, kube, ns, first)
+        operator.until(
+            "the change on every node",
+            lambda: rolled_out(view, hv, second, args.nodes),
+            timeout=args.timeout,
+        )
+        complete = time.time() - changed
+        windows = apply_windows(fleet.nodes, changed)
+        applied = {w.node for w in windows}
+        missing = sorted(set(fleet.nodes) - applied)
+        if missing:
+            raise SystemExit(f"no apply in the journals of {len(missing)}: {missing[:5]}")
+        per_node = statistics.median(w.seconds for w in windows)
+        last = max(w.end for w in windows) - changed
+        peak = peak_overlap(windows)
+        rollout = read_rollout(kube, ns)
+
+        time.sleep(args.settle_seconds)
+        requests = quiet(kube, args.quiet_seconds)
+    return Figures(per_node, last, complete, peak, rollout), requests
+
+
+def report(
+    args: argparse.Namespace,
+    limit: int,
+    waves: int,
+    figures: Figures,
+    requests: Counter[tuple[str, str]],
+    *,
+    background: Counter[tuple[str, str]],
+) -> None:
+    minutes = args.quiet_seconds / 60
+    per_node, last, rollout = figures.per_node, figures.last, figures.rollout
+    ours = requests - background  # Counter subtraction keeps positive counts only
+    total = sum(ours.values())
+    writes = sum(c for (verb, _), c in ours.items() if verb in WRITES)
+    print(f"nodes: {args.nodes}, maxUnavailable: {limit}, waves: {waves}")
+    print(f"per-node apply: {per_node:.2f}")
+    print(f"ideal: {waves * per_node:.1f}")
+    print(f"every node applied: {last:.1f}")
+    print(f"rollout complete in status: {figures.complete:.1f}")
+    print(f"peak nodes applying at once: {figures.peak}")
+    print(f"API requests per node per minute: {total / args.nodes / minutes:.3f}")
+    print(f"API writes per node per minute: {writes / args.nodes / minutes:.3f}")
+    print(f"# rollout ConfigMap: maxUnavailable {rollout.max_unavailable if rollout else None}")
+    print(f"# every node applied / ideal: {last / (waves * per_node):.2f}")
+    print(
+        f"# agents resync every {args.agent_resync_seconds:.0f} s; "
+        f"API requests in the quiet {args.quiet_seconds:.0f} s, by verb and resource:"
+    )
+    print_requests(requests)
+    print(f"# the control plane alone, in {args.quiet_seconds:.0f} s before the operator:")
+    print_requests(background)
+
+
+def print_requests(requests: Counter[tuple[str, str]]) -> None:
+    for (verb, resource), count in sorted(requests.items()):
+        if count:
+            print(f"#   {verb:8} {resource or '-':24} {count}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=200)
+    parser.add_argument("--max-unavailable", default="10%", help="a count or a percentage")
+    parser.add_argument("--restart-seconds", type=float, default=1.0)
+    parser.add_argument("--canary-seconds", type=float, default=0.5)
+    parser.add_argument(
+        "--agent-resync-seconds",
+        type=float,
+        default=60.0,
+        help="agents' full reconcile interval (wcow-agent run: 300); the quiet window sees "
+        "each agent's resync once at the defaults",
+    )
+    parser.add_argument("--settle-seconds", type=float, default=10.0)
+    parser.add_argument("--quiet-seconds", type=float, default=60.0)
+    parser.add_argument("--timeout", type=float, default=900.0)
+    args = parser.parse_args(argv)
+    with cluster_kubeconfig() as kubeconfig:
+        run(args, kubeconfig)
+
+
+if __name__ == "__main__":
+    main()
