@@ -61,6 +61,7 @@ from tests.fleet.paced import (
     new_plan,
     patch_spec,
     peak_overlap,
+    plan_hash,
     read_rollout,
     rolled_out,
 )
@@ -164,10 +165,10 @@ def measure(
         )
         created = time.time()
         client.CustomObjectsApi(kube).create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
-        first = new_plan(operator, kube, ns, None)
-        operator.until(
+        new_plan(operator, kube, ns, None)
+        first = operator.until(
             "the profile on every node",
-            lambda: rolled_out(view, hv, first, args.nodes),
+            lambda: (h := plan_hash(kube, ns)) and rolled_out(view, hv, h, args.nodes) and h,
             timeout=args.timeout,
         )
         print(f"# profile created: on every node in {time.time() - created:.1f} s")
@@ -175,10 +176,10 @@ def measure(
 
         changed = time.time()
         patch_spec(kube, hv, {"vm": {"memoryMB": 3072}})
-        second = new_plan(operator, kube, ns, first)
+        new_plan(operator, kube, ns, first)
         operator.until(
             "the change on every node",
-            lambda: rolled_out(view, hv, second, args.nodes),
+            lambda: (h := plan_hash(kube, ns)) != first and rolled_out(view, hv, h, args.nodes),
             timeout=args.timeout,
         )
         complete = time.time() - changed

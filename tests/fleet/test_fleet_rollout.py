@@ -33,28 +33,26 @@ from tests.e2e.operator_harness import (
 )
 from tests.fleet.harness import View, running_fleet, running_operator
 from tests.fleet.paced import (
+    MEMORY,
     annotate_resume,
     appliers,
     apply_windows,
     events,
-    every_node_on,
+    fleet_summary,
     halted,
+    needs_pacing_agent,
     new_plan,
     patch_spec,
     peak_overlap,
     plan_hash,
+    reached,
     read_rollout,
-    rolled_out,
     settle,
+    until,
 )
 from wcow_operator.render.runtimeclass import READY_VALUE, ready_label
 
-pytestmark = [
-    pytest.mark.e2e,
-    # Measured on the operator side alone (ab7c74b): all 20 nodes applied at once, because
-    # the agents do not wait for permission yet. Removed when the agent side lands.
-    pytest.mark.xfail(reason="agent side of the paced rollout (issue 9) not landed", strict=True),
-]
+pytestmark = [pytest.mark.e2e, needs_pacing_agent]
 
 NODES = 20
 # The operator's default for changes no profile limits: 15% of 20 nodes = 3.
@@ -63,7 +61,6 @@ FLEET_LIMIT = 3
 # The profile's own spec.rollout.maxUnavailable, lower: it wins for changes to it.
 PROFILE_LIMIT = 2
 CANARY_SECONDS = 0.3  # long enough that two nodes let in together overlap
-MEMORY = "VmMemorySizeInMb"
 
 
 def hyperv_profile(name: str, memory: int) -> dict[str, object]:
@@ -100,29 +97,30 @@ def test_paced_rollout_good_bad_fixed_resumed_deleted(
     ):
         view = View(kube, [fleet])
         names = sorted(fleet.nodes)
+
+        def explain() -> str:
+            return fleet_summary(view, kube, ns, hv)
+
         operator.until(
             "every simulated node's first report",
             lambda: all(view.agent_status(n) is not None for n in names),
         )
         custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, hyperv_profile(hv, 2048))
-        first = new_plan(operator, kube, ns, None)
-        operator.until(
+        new_plan(operator, kube, ns, None)
+        first = operator.until(
             f"{hv} on every node",
-            lambda: (
-                every_node_on(view, hv, first, (MEMORY, 2048))
-                and rolled_out(view, hv, first, NODES)
-            ),
+            lambda: reached(view, kube, ns, hv, (MEMORY, 2048)),
         )
 
         # (a) A good change reaches every node, at most PROFILE_LIMIT applying at once.
         since = time.time()
         patch_spec(kube, hv, {"vm": {"memoryMB": 3072}})
-        good = new_plan(operator, kube, ns, first)
-        operator.until(
+        new_plan(operator, kube, ns, first)
+        good = until(
+            operator,
             "3072 MB on every node",
-            lambda: (
-                every_node_on(view, hv, good, (MEMORY, 3072)) and rolled_out(view, hv, good, NODES)
-            ),
+            lambda: reached(view, kube, ns, hv, (MEMORY, 3072)),
+            explain,
         )
         windows = apply_windows(fleet.nodes, since)
         assert sorted(w.node for w in windows) == names, windows  # each node applied once
@@ -174,13 +172,12 @@ def test_paced_rollout_good_bad_fixed_resumed_deleted(
             hv,
             {"containerd": {"runtimeType": "io.containerd.runhcs.v1"}, "vm": {"memoryMB": 4096}},
         )
-        fixed = new_plan(operator, kube, ns, bad)
-        operator.until(
+        new_plan(operator, kube, ns, bad)
+        fixed = until(
+            operator,
             "the fixed spec on every node",
-            lambda: (
-                every_node_on(view, hv, fixed, (MEMORY, 4096))
-                and rolled_out(view, hv, fixed, NODES)
-            ),
+            lambda: reached(view, kube, ns, hv, (MEMORY, 4096)),
+            explain,
         )
         windows = apply_windows(fleet.nodes, since)
         assert {w.node for w in windows} == set(names)
@@ -208,12 +205,11 @@ def test_paced_rollout_good_bad_fixed_resumed_deleted(
         assert halted(view, hv) is not None
         assert appliers(fleet.nodes, since) == tried, "the halted rollout went on"
         annotate_resume(kube, hv, "1")
-        operator.until(
+        until(
+            operator,
             "the resumed rollout on every node",
-            lambda: (
-                every_node_on(view, hv, resumable, (MEMORY, 5120))
-                and rolled_out(view, hv, resumable, NODES)
-            ),
+            lambda: reached(view, kube, ns, hv, (MEMORY, 5120)) == resumable,
+            explain,
         )
         windows = apply_windows(fleet.nodes, since)
         assert {w.node for w in windows} == set(names)
@@ -228,7 +224,8 @@ def test_paced_rollout_good_bad_fixed_resumed_deleted(
         since = time.time()
         custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, hv)
         gone = new_plan(operator, kube, ns, resumable)
-        operator.until(
+        until(
+            operator,
             f"{hv}'s table and label gone from every node",
             lambda: all(
                 hv not in view.disk_runtimes(n)
@@ -236,6 +233,7 @@ def test_paced_rollout_good_bad_fixed_resumed_deleted(
                 and applied_or_none(view, n) == gone
                 for n in names
             ),
+            explain,
         )
         windows = apply_windows(fleet.nodes, since)
         assert {w.node for w in windows} == set(names)
@@ -279,13 +277,10 @@ def test_operator_killed_mid_rollout_no_node_applies_without_permission(
                 lambda: all(view.agent_status(n) is not None for n in names),
             )
             custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, hyperv_profile(hv, 2048))
-            start = new_plan(first, kube, ns, None)
-            first.until(
+            new_plan(first, kube, ns, None)
+            start = first.until(
                 f"{hv} on every node",
-                lambda: (
-                    every_node_on(view, hv, start, (MEMORY, 2048))
-                    and rolled_out(view, hv, start, NODES)
-                ),
+                lambda: reached(view, kube, ns, hv, (MEMORY, 2048)),
             )
             since = time.time()
             patch_spec(kube, hv, {"vm": {"memoryMB": 3072}})
@@ -318,10 +313,7 @@ def test_operator_killed_mid_rollout_no_node_applies_without_permission(
         with running_operator(kubeconfig, ns, tmp_path / "second.log", *flags) as second:
             second.until(
                 "the rollout finished by the new operator",
-                lambda: (
-                    every_node_on(view, hv, change, (MEMORY, 3072))
-                    and rolled_out(view, hv, change, NODES)
-                ),
+                lambda: reached(view, kube, ns, hv, (MEMORY, 3072)) == change,
             )
             windows = apply_windows(fleet.nodes, since)
             assert sorted(w.node for w in windows) == names, windows

@@ -19,15 +19,18 @@ each write reaches kmock:
 * the ``/status`` subresource: PATCH/PUT on ``/status`` change only ``status``, writes to
   the object itself leave ``status`` alone, CREATE drops it;
 * no new finalizers on an object that is being deleted (422);
-* a write that changes nothing keeps the resourceVersion and sends no watch event.
+* a write that changes nothing keeps the resourceVersion and sends no watch event;
+* field selectors on ``metadata.name`` and ``metadata.namespace`` (``=``, ``==``, ``!=``) on
+  LIST and WATCH (``_serve_list``, ``_serve_watch``): the agents select the plan and the
+  rollout ConfigMaps by name, and must not take one for the other.
 
-Still not emulated: schema validation, defaulting and CEL rules of CRDs; label and field
-selectors (LIST and WATCH return everything); resourceVersion on LIST/WATCH (every watch
-starts with the full state, ``timeoutSeconds`` is ignored, and an event that happens while a
-watch is streaming its initial objects can be missed); server-side apply; strategic merge
-patch (treated as a JSON merge patch); the garbage collector (owner references do not
-cascade); quantity canonicalisation; namespaces are not required to exist; authentication
-and RBAC (any token is accepted).
+Still not emulated: schema validation, defaulting and CEL rules of CRDs; label selectors
+and other field selectors (ignored: LIST and WATCH return everything); resourceVersion on
+LIST/WATCH (every watch starts with the full state, ``timeoutSeconds`` is ignored, and an
+event that happens while a watch is streaming its initial objects can be missed);
+server-side apply; strategic merge patch (treated as a JSON merge patch); the garbage
+collector (owner references do not cascade); quantity canonicalisation; namespaces are not
+required to exist; authentication and RBAC (any token is accepted).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import secrets
 import threading
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -144,6 +147,18 @@ class ApiServer(kmock.KubernetesEmulator):
         return str(next(self._versions))
 
     # -- the layer over kmock ---------------------------------------------------------------
+
+    async def _serve_list(self, request: kmock.Request) -> Any:
+        payload = await super()._serve_list(request)
+        wanted = _field_selector(request)
+        return {**payload, "items": [o for o in payload["items"] if _selected(wanted, o)]}
+
+    async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[Any]:
+        wanted = _field_selector(request)
+        async for event in super()._serve_watch(request):
+            if isinstance(event, dict) and not _selected(wanted, event.get("object") or {}):
+                continue
+            yield event
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         if request.resource is None or request.method not in ("POST", "PUT", "PATCH", "DELETE"):
@@ -276,6 +291,28 @@ def _as_update(request: kmock.Request, ops: list[dict[str, Any]]) -> kmock.Reque
     object.__setattr__(request, "action", kmock.action.UPDATE)
     object.__setattr__(request, "data", ops)
     return request
+
+
+SELECTABLE = {"metadata.name": "name", "metadata.namespace": "namespace"}
+
+
+def _field_selector(request: kmock.Request) -> list[tuple[str, bool, str]]:
+    """(metadata key, equal?, value) per term of ``fieldSelector`` this layer honours."""
+    terms = []
+    for term in filter(None, (request.params.get("fieldSelector") or "").split(",")):
+        field, negated, value = term.partition("!=")
+        equal = not negated
+        if equal:
+            field, _, value = term.partition("=")
+            value = value.removeprefix("=")
+        if field in SELECTABLE:
+            terms.append((SELECTABLE[field], equal, value))
+    return terms
+
+
+def _selected(terms: list[tuple[str, bool, str]], body: dict[str, Any]) -> bool:
+    metadata = body.get("metadata") or {}
+    return all((metadata.get(key) == value) == equal for key, equal, value in terms)
 
 
 def _now() -> str:
