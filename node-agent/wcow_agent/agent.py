@@ -56,7 +56,15 @@ class CycleReport:
     plan_hash: str | None = None
     handlers: dict[str, HandlerOutcome] | None = None
     """None: no plan to judge by (ConfigMap missing or unreadable); keep the labels."""
-    result: str = "unchanged"  # unchanged | applied | rolled_back | rejected | refused | failed
+    result: str = "unchanged"
+    """unchanged | applied | rolled_back | rejected | refused | failed | waiting (a paced
+    plan the rollout has not let this node change to yet)."""
+    attempted_plan_hash: str | None = None
+    applied_plan_hash: str | None = None
+    """From the agent's state: the plan last begun, and the last one applied with every
+    handler it changed proven (None: not known, the last report's stands)."""
+    waiting: str | None = None
+    """Why the node keeps its config.toml instead of changing to the plan (paced rollout)."""
     wrote: bool = False
     restarts: list[str] = field(default_factory=list)  # reason per restart
     drift_repaired: list[str] = field(default_factory=list)
@@ -147,14 +155,16 @@ def build_status(
             before = old.get(name)
             duration = outcome.canary_duration
             message = outcome.message
+            generation = outcome.generation
             if outcome.carried and before is not None and before.state == outcome.state:
                 duration = before.canary_duration_seconds if duration is None else duration
                 message = message or before.message
+                generation = before.profile_generation if generation is None else generation
             handlers[name] = HandlerStatus(
                 state=outcome.state,
                 reason=_clip(outcome.reason, REASON_MAX),
                 message=_clip(message, MESSAGE_MAX),
-                profile_generation=outcome.generation,
+                profile_generation=generation,
                 canary_duration_seconds=None if duration is None else round(duration, 3),
                 last_transition_time=(
                     before.last_transition_time
@@ -169,9 +179,13 @@ def build_status(
         config_version=report.config_version
         if report.config_version is not None
         else (previous.config_version if previous else None),
-        applied_plan_hash=report.plan_hash
+        applied_plan_hash=report.applied_plan_hash
+        or (previous.applied_plan_hash if previous else None),
+        attempted_plan_hash=report.attempted_plan_hash
+        or (previous.attempted_plan_hash if previous else None),
+        waiting=report.waiting
         if report.handlers is not None
-        else (previous.applied_plan_hash if previous else None),
+        else (previous.waiting if previous else None),
         updated_at=previous.updated_at if previous is not None else None,
         handlers=handlers,
     )

@@ -15,6 +15,10 @@ A new agent that finds "restart pending", or a file it wrote that containerd nev
 with, restarts containerd before doing anything else. If containerd does not answer with
 the new file, the old file is put back, containerd restarted again, and the new file's hash
 is remembered as rejected so the same file is never retried in a loop.
+
+A paced plan (``pacing.py``) changes config.toml only with the rollout's permission; the
+agent records the attempt on the Node before it restarts containerd, and calls the plan
+applied only once every handler the attempt changed has passed its canary.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from wcow_agent.files import read_config, sweep_temp_files, write_atomically
 from wcow_agent.host.containerd import config_version_for
 from wcow_agent.host.interfaces import ContainerdError, Host, HostError
 from wcow_agent.merge import ConfigError, MergeResult, merge_config
+from wcow_agent.pacing import SEEDED, Gate, Permission, decide, holds_agent_tables
 from wcow_agent.state import AgentState, Paths, load_state, save_state, text_hash
 from wcow_operator.api.agent_status import HandlerState
 from wcow_operator.api.windows_builds import WindowsBuild
@@ -65,6 +70,21 @@ class Timeouts:
 
 class UninstallError(RuntimeError):
     pass
+
+
+def _recorded(_: CycleReport) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Pace:
+    """The rollout's word for one cycle. Without one a plan is applied at once."""
+
+    permission: Permission
+    node: str
+    announce: Callable[[CycleReport], bool] = _recorded
+    """Records the attempt (``attempted_plan_hash``) on the Node before config.toml
+    changes and containerd restarts; False: it could not, so a paced change waits."""
 
 
 class NodeAgent:
@@ -114,12 +134,18 @@ class NodeAgent:
 
     # -- the cycle -------------------------------------------------------------------
 
-    def reconcile(self, plan: Mapping[str, Any] | None, force_canary: bool = False) -> CycleReport:
+    def reconcile(
+        self,
+        plan: Mapping[str, Any] | None,
+        force_canary: bool = False,
+        pace: Pace | None = None,
+    ) -> CycleReport:
         """Bring config.toml and containerd in line with ``plan`` (None: no plan known,
-        change nothing but finish an interrupted restart), then prove what changed."""
+        change nothing but finish an interrupted restart), then prove what changed.
+        ``pace``: the rollout's permission; None applies at once (an unpaced plan)."""
         report = CycleReport(plan_hash=plan.get("hash") if plan else None)
         try:
-            return self._reconcile(report, plan, force_canary)
+            return self._reconcile(report, plan, force_canary, pace)
         except OSError as error:
             # A file the agent could not write (held open by another process, disk full):
             # the state on disk is consistent at every step, so the next cycle retries.
@@ -137,18 +163,153 @@ class NodeAgent:
             return report
 
     def _reconcile(
-        self, report: CycleReport, plan: Mapping[str, Any] | None, force_canary: bool
+        self,
+        report: CycleReport,
+        plan: Mapping[str, Any] | None,
+        force_canary: bool,
+        pace: Pace | None,
     ) -> CycleReport:
         cycle = self._begin(report, plan)
-        if cycle is None or plan is None:
+        if cycle is None:
             return report
+        try:
+            if plan is not None:
+                self._steps(cycle, plan, force_canary, pace)
+        finally:
+            report.attempted_plan_hash = cycle.state.attempted_plan
+            report.applied_plan_hash = cycle.state.applied_plan
+        return report
+
+    def _steps(
+        self, cycle: _Cycle, plan: Mapping[str, Any], force_canary: bool, pace: Pace | None
+    ) -> None:
         eligible = self._judge(cycle, plan)
         if eligible is None or cycle.result is None:
-            return report
+            return
+        gate = self._gate(cycle, plan, pace)
+        if gate.allowed and cycle.changes_file:
+            gate = self._begin_attempt(cycle, plan, eligible, gate, pace)
+        elif gate.allowed:
+            self._adopt(cycle, plan)
+        if not gate.allowed:
+            self._hold(cycle, plan, gate.message)
+            self._prove(cycle, plan, eligible, {}, force_canary)
+            return
         failed_apply = self._write(cycle, eligible)
         self._prove(cycle, plan, eligible, failed_apply, force_canary)
         self._note_adoptions(cycle)
-        return report
+        self._finish_attempt(cycle, plan)
+
+    # -- the paced rollout -------------------------------------------------------------
+
+    def _gate(self, cycle: _Cycle, plan: Mapping[str, Any], pace: Pace | None) -> Gate:
+        result = cycle.require_result()
+        return decide(
+            pace.permission if pace is not None else Permission(),
+            str(plan["hash"]),
+            pace.node if pace is not None else "",
+            changes_file=cycle.changes_file,
+            holds_tables=holds_agent_tables(result, cycle.state.owned),
+        )
+
+    def _begin_attempt(
+        self,
+        cycle: _Cycle,
+        plan: Mapping[str, Any],
+        eligible: Mapping[str, Mapping[str, Any]],
+        gate: Gate,
+        pace: Pace | None,
+    ) -> Gate:
+        """Record that the node starts changing to the plan, on the Node first when the
+        rollout counts on it (permitted, or a new node), then in the state."""
+        state, result, plan_hash = cycle.state, cycle.require_result(), str(plan["hash"])
+        touched = {*result.added, *result.updated} & set(eligible)
+        fresh = state.attempted_plan != plan_hash or state.attempt_grant != gate.grant
+        if not fresh:
+            if not touched <= set(state.unproven):
+                state.unproven = sorted(set(state.unproven) | touched)
+                save_state(self.paths.state, state)
+            return gate
+        if gate.grant is not None and state.attempted_plan == plan_hash:
+            # Let in again for the same plan (the operator's resume): a file containerd
+            # refused under the last permission gets one more try, not one per cycle.
+            state.rejected.pop(text_hash(result.text), None)
+        # Only a paced rollout counts on the Node's word; an unpaced plan is reported
+        # once, after the cycle, as before.
+        counted = pace is not None and gate.reason in ("Permitted", "NewNode")
+        notice = CycleReport(
+            facts=cycle.facts,
+            plan_hash=plan_hash,
+            attempted_plan_hash=plan_hash,
+            applied_plan_hash=state.applied_plan,
+        )
+        if counted and pace is not None and not pace.announce(notice):
+            cycle.report.requeue = True
+            return Gate(
+                False,
+                "WaitingForRollout",
+                f"plan {plan_hash} not begun: the attempt could not be recorded on the "
+                "Node, which the rollout counts on; keeping the current config",
+            )
+        state.attempted_plan, state.attempt_grant = plan_hash, gate.grant
+        state.unproven = sorted(touched)
+        save_state(self.paths.state, state)
+        return gate
+
+    def _adopt(self, cycle: _Cycle, plan: Mapping[str, Any]) -> None:
+        """A plan that leaves config.toml as it is: taken without a restart or permission,
+        and applied at once. A handler an earlier attempt failed stays Failed in the
+        status, but holds up only the rollouts that change it again on this node."""
+        state, plan_hash = cycle.state, str(plan["hash"])
+        if state.attempted_plan == plan_hash:
+            return
+        state.unproven = []
+        state.attempted_plan, state.attempt_grant = plan_hash, None
+        save_state(self.paths.state, state)
+
+    def _finish_attempt(self, cycle: _Cycle, plan: Mapping[str, Any]) -> None:
+        state, plan_hash = cycle.state, str(plan["hash"])
+        if state.attempted_plan != plan_hash:
+            return
+        outcomes = cycle.report.handlers or {}
+        unproven = sorted(
+            h
+            for h in state.unproven
+            if h in outcomes and outcomes[h].state not in ("Ready", "NotEligible")
+        )
+        applied = plan_hash if not unproven else state.applied_plan
+        if (unproven, applied) != (state.unproven, state.applied_plan):
+            state.unproven, state.applied_plan = unproven, applied
+            save_state(self.paths.state, state)
+
+    def _hold(self, cycle: _Cycle, plan: Mapping[str, Any], why: str) -> None:
+        """Keep config.toml as it is: a handler the plan would change stays Ready on its
+        earlier table if that passed its canary (its label stays), else it is Pending."""
+        report, state, result = cycle.report, cycle.state, cycle.require_result()
+        report.result = "waiting"
+        report.waiting = why
+        outcomes = report.handlers if report.handlers is not None else {}
+        handlers = plan["handlers"]
+        for handler in sorted({*result.added, *result.updated, *result.removed, *result.restored}):
+            mark = state.owned.get(handler)
+            if mark == SEEDED or (mark is None and handler not in handlers):
+                continue
+            entry = handlers.get(handler) or {}
+            if mark is not None and state.canaried.get(handler) == mark:
+                outcomes[handler] = HandlerOutcome(
+                    "Ready",
+                    "WaitingForRollout",
+                    "ready with its earlier table; the change waits for rollout permission",
+                    carried=True,
+                )
+            else:
+                outcomes[handler] = HandlerOutcome(
+                    "Pending",
+                    "WaitingForRollout",
+                    "not applied yet: waits for rollout permission",
+                    entry.get("generation"),
+                )
+        report.handlers = outcomes
 
     def _begin(self, report: CycleReport, plan: Mapping[str, Any] | None) -> _Cycle | None:
         """Host facts, state, the file on disk, and what a killed predecessor left."""
@@ -254,10 +415,9 @@ class NodeAgent:
     ) -> dict[str, tuple[str, str]]:
         """Write and restart when the file changes; returns handlers whose change failed."""
         result, state, report = cycle.require_result(), cycle.state, cycle.report
-        changed = result.changed(cycle.original) and not (cycle.created and not result.owned)
         new_hash = text_hash(result.text)
         touched = sorted({*result.added, *result.updated} & set(eligible))
-        if not changed:
+        if not cycle.changes_file:
             return {}
         if new_hash in state.rejected:
             report.result = "rejected"
@@ -711,6 +871,13 @@ class _Cycle:
         if self.result is None:  # pragma: no cover - a programming error
             raise RuntimeError("merge result used before the merge")
         return self.result
+
+    @property
+    def changes_file(self) -> bool:
+        """Whether the merge changes config.toml (a file the agent would only seed from
+        containerd's defaults, with no table of its own, is not written)."""
+        result = self.require_result()
+        return result.changed(self.original) and not (self.created and not result.owned)
 
 
 def _compact(table: Mapping[str, Any]) -> str:

@@ -1,9 +1,9 @@
-"""What the agent needs from Kubernetes: the plan ConfigMap and its own Node.
+"""What the agent needs from Kubernetes: the plan and rollout ConfigMaps and its own Node.
 
 ``k8s.py`` implements this with the official client (the only module that imports it);
 tests use a fake of this interface. RBAC needed (``wcow_operator.rbac``
-AGENT_*_RULES): configmaps get/list/watch in the plan's namespace, nodes get/patch, events
-create.
+AGENT_*_RULES): configmaps get/list/watch in the plan's namespace (the plan and the rollout,
+by name), nodes get/patch, events create.
 """
 
 from __future__ import annotations
@@ -31,7 +31,19 @@ class WatchExpiredError(ClusterError):
 @dataclass(frozen=True)
 class PlanObject:
     """The plan ConfigMap as last seen: ``text`` of key ``plan.json``; ``exists`` False
-    when the ConfigMap is absent (or was deleted)."""
+    when the ConfigMap is absent (or was deleted); ``paced`` when the operator marked it
+    ``runtime.wcow.dev/rollout: paced`` (change only with the rollout's permission)."""
+
+    exists: bool
+    text: str | None = None
+    resource_version: str | None = None
+    paced: bool = False
+
+
+@dataclass(frozen=True)
+class RolloutObject:
+    """The rollout ConfigMap (``wcow-runtime-rollout``) as last seen: ``text`` of key
+    ``rollout.json``; ``exists`` False when absent."""
 
     exists: bool
     text: str | None = None
@@ -53,6 +65,14 @@ class Cluster(Protocol):
         self, namespace: str, resource_version: str | None, timeout_seconds: int
     ) -> Iterator[PlanObject]:
         """Changes of the plan ConfigMap until the timeout; raises WatchExpiredError."""
+        ...
+
+    def get_rollout(self, namespace: str) -> RolloutObject: ...
+
+    def watch_rollout(
+        self, namespace: str, resource_version: str | None, timeout_seconds: int
+    ) -> Iterator[RolloutObject]:
+        """Changes of the rollout ConfigMap until the timeout; raises WatchExpiredError."""
         ...
 
     def get_node(self, name: str) -> NodeObject: ...

@@ -17,8 +17,11 @@ from wcow_agent.cluster import (
     ClusterError,
     NodeObject,
     PlanObject,
+    RolloutObject,
     WatchExpiredError,
 )
+from wcow_agent.pacing import is_paced
+from wcow_operator.api.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY
 from wcow_operator.render.plan import PLAN_CONFIGMAP, PLAN_KEY
 
 ApiException = kubernetes.client.exceptions.ApiException
@@ -37,6 +40,17 @@ def _plan_object(config_map: Any, deleted: bool = False) -> PlanObject:
     return PlanObject(
         exists=not deleted,
         text=None if deleted else data.get(PLAN_KEY),
+        resource_version=metadata.resource_version if metadata else None,
+        paced=not deleted and is_paced(metadata.annotations if metadata else None),
+    )
+
+
+def _rollout_object(config_map: Any, deleted: bool = False) -> RolloutObject:
+    metadata = config_map.metadata
+    data = config_map.data or {}
+    return RolloutObject(
+        exists=not deleted,
+        text=None if deleted else data.get(ROLLOUT_KEY),
         resource_version=metadata.resource_version if metadata else None,
     )
 
@@ -154,24 +168,50 @@ class KubernetesCluster:
                 raise _error(f"deleting Node {name}", error) from None
 
     def get_plan(self, namespace: str) -> PlanObject:
-        try:
-            config_map = self.core.read_namespaced_config_map(PLAN_CONFIGMAP, namespace)
-        except ApiException as error:
-            if error.status == 404:
-                return PlanObject(exists=False)
-            raise _error(f"reading ConfigMap {namespace}/{PLAN_CONFIGMAP}", error) from None
-        return _plan_object(config_map)
+        config_map = self._read_config_map(PLAN_CONFIGMAP, namespace)
+        return PlanObject(exists=False) if config_map is None else _plan_object(config_map)
 
     def watch_plan(
         self, namespace: str, resource_version: str | None, timeout_seconds: int
     ) -> Iterator[PlanObject]:
+        for config_map, deleted in self._watch_config_map(
+            PLAN_CONFIGMAP, namespace, resource_version, timeout_seconds
+        ):
+            yield _plan_object(config_map, deleted)
+
+    def get_rollout(self, namespace: str) -> RolloutObject:
+        config_map = self._read_config_map(ROLLOUT_CONFIGMAP, namespace)
+        return RolloutObject(exists=False) if config_map is None else _rollout_object(config_map)
+
+    def watch_rollout(
+        self, namespace: str, resource_version: str | None, timeout_seconds: int
+    ) -> Iterator[RolloutObject]:
+        for config_map, deleted in self._watch_config_map(
+            ROLLOUT_CONFIGMAP, namespace, resource_version, timeout_seconds
+        ):
+            yield _rollout_object(config_map, deleted)
+
+    def _read_config_map(self, name: str, namespace: str) -> Any:
+        """The ConfigMap, or None when it does not exist."""
+        try:
+            return self.core.read_namespaced_config_map(name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise _error(f"reading ConfigMap {namespace}/{name}", error) from None
+
+    def _watch_config_map(
+        self, name: str, namespace: str, resource_version: str | None, timeout_seconds: int
+    ) -> Iterator[tuple[Any, bool]]:
+        """(ConfigMap, deleted) for each change of the ConfigMap ``name``, selected by
+        fieldSelector so RBAC can grant it by resourceNames."""
         watch = self.watch_factory()
         with self._lock:
             if self._closed:
                 return
             self._watches.add(watch)
         kwargs: dict[str, Any] = {
-            "field_selector": f"metadata.name={PLAN_CONFIGMAP}",
+            "field_selector": f"metadata.name={name}",
             "timeout_seconds": timeout_seconds,
         }
         if resource_version:
@@ -184,17 +224,17 @@ class KubernetesCluster:
                     code = raw.get("code") if isinstance(raw, dict) else None
                     message = raw.get("message") if isinstance(raw, dict) else str(raw)
                     kind_error = WatchExpiredError if code == 410 else ClusterError
-                    raise kind_error(f"watching the plan: {message}", code)
+                    raise kind_error(f"watching ConfigMap {name}: {message}", code)
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    yield _plan_object(event["object"], deleted=kind == "DELETED")
+                    yield event["object"], kind == "DELETED"
         except ApiException as error:
-            raise _error("watching the plan ConfigMap", error) from None
+            raise _error(f"watching ConfigMap {namespace}/{name}", error) from None
         except urllib3.exceptions.HTTPError as error:
             # A dropped connection is a failed watch (the runner lists again), not a crash
             # of the watch thread; after close() it is the end of the watch.
             if self.closed():
                 return
-            raise ClusterError(f"watching the plan ConfigMap: {error}") from None
+            raise ClusterError(f"watching ConfigMap {namespace}/{name}: {error}") from None
         finally:
             with self._lock:
                 self._watches.discard(watch)

@@ -18,7 +18,7 @@ class Metrics:
         self.applies = Counter(
             "wcow_agent_applies",
             "Reconcile cycles by result: unchanged, applied, rolled_back, rejected, "
-            "refused (config.toml cannot be edited), failed.",
+            "refused (config.toml cannot be edited), failed, waiting (for rollout permission).",
             ["result"],
             registry=r,
         )
@@ -61,6 +61,12 @@ class Metrics:
             "Failed calls to the Kubernetes API (reading the plan, patching the Node).",
             registry=r,
         )
+        self.rollout_waiting = Gauge(
+            "wcow_agent_rollout_waiting",
+            "1 while the node keeps its config.toml because the current (paced) plan waits "
+            "for the rollout's permission, else 0.",
+            registry=r,
+        )
         self._handlers: set[str] = set()
 
     def record(self, report: CycleReport) -> None:
@@ -73,6 +79,7 @@ class Metrics:
             result = "passed" if canary.passed else "failed"
             self.canary_duration.labels(canary.handler, result).observe(canary.duration_seconds)
         if report.handlers is not None:
+            self.rollout_waiting.set(1 if report.waiting is not None else 0)
             self.set_ready({h: o.state == "Ready" for h, o in report.handlers.items()})
 
     def set_ready(self, handlers: Mapping[str, bool]) -> None:

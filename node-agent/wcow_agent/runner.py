@@ -1,10 +1,11 @@
 """``wcow-agent run``: watch the plan, reconcile one cycle at a time, report to the Node.
 
-Threads: the main thread runs every reconcile (so applies never overlap); a watch thread
-follows the plan ConfigMap and only wakes the main thread; the metrics and health servers
-answer on their own. A cycle runs when the plan changes, every ``resync`` seconds, when
-config.toml changed on disk (checked every ``drift_check`` seconds: something else
-rewrote it), and sooner after a cycle that asked to be retried.
+Threads: the main thread runs every reconcile (so applies never overlap); two watch threads
+follow the plan and the rollout ConfigMaps and only wake the main thread; the metrics and
+health servers answer on their own. A cycle runs when the plan changes, when the rollout
+changes what it says about this node (let in, for which plan, halted), every ``resync``
+seconds, when config.toml changed on disk (checked every ``drift_check`` seconds: something
+else rewrote it), and sooner after a cycle that asked to be retried.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from wcow_agent.agent import (
     CycleReport,
@@ -25,7 +26,7 @@ from wcow_agent.agent import (
     ready_handlers,
     status_json,
 )
-from wcow_agent.apply import NodeAgent
+from wcow_agent.apply import NodeAgent, Pace
 from wcow_agent.canary import CLEANUP_TIMEOUT, CanarySpec
 from wcow_agent.cluster import (
     CANARY_REQUEST_ANNOTATION,
@@ -33,16 +34,20 @@ from wcow_agent.cluster import (
     ClusterError,
     NodeObject,
     PlanObject,
+    RolloutObject,
     WatchExpiredError,
 )
 from wcow_agent.health import Health
 from wcow_agent.metrics import Metrics
+from wcow_agent.pacing import Permission
 from wcow_agent.plan import PlanError, load_plan
 from wcow_agent.state import load_state, save_state, text_hash
 from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION, AgentStatus
 from wcow_operator.render.plan import PLAN_CONFIGMAP, PLAN_KEY
 
 log = logging.getLogger("wcow_agent")
+
+Watched = TypeVar("Watched", PlanObject, RolloutObject)
 
 WATCH_TIMEOUT_SECONDS = 300
 WAIT_SLICE_SECONDS = 1.0
@@ -85,6 +90,8 @@ class AgentLoop:
         self.wake = threading.Event()
         self._plan_lock = threading.Lock()
         self._plan: PlanObject | None = None
+        self._rollout: RolloutObject | None = None
+        self._rollout_view: tuple[object, ...] | None = None
         self._last_plan_error: str | None = None
         self._status: AgentStatus | None = None
         self._config_fingerprint: str | None = None
@@ -103,22 +110,50 @@ class AgentLoop:
         if not same:
             self.wake.set()
 
+    def on_rollout(self, rollout: RolloutObject) -> None:
+        """Wake the loop only when what the rollout says about this node changed: another
+        node let in is no reason for a cycle here."""
+        view = Permission.of(True, rollout.exists, rollout.text, self.options.namespace).view(
+            self.options.node_name
+        )
+        with self._plan_lock:
+            same = self._rollout_view == view
+            self._rollout = rollout
+            self._rollout_view = view
+        if not same:
+            self.wake.set()
+
     def watch_forever(self) -> None:
-        """List, then watch from that resourceVersion; list again on 410 or errors.
-        Runs in its own thread until ``stop``."""
+        """The plan ConfigMap; runs in its own thread until ``stop``."""
+        self._follow("plan", self.cluster.get_plan, self.cluster.watch_plan, self.on_plan)
+
+    def watch_rollout_forever(self) -> None:
+        """The rollout ConfigMap; runs in its own thread until ``stop``."""
+        self._follow(
+            "rollout", self.cluster.get_rollout, self.cluster.watch_rollout, self.on_rollout
+        )
+
+    def _follow(
+        self,
+        what: str,
+        get: Callable[[str], Watched],
+        watch: Callable[[str, str | None, int], Iterator[Watched]],
+        on: Callable[[Watched], None],
+    ) -> None:
+        """List, then watch from that resourceVersion; list again on 410 or errors."""
         backoff = 1.0
         resource_version: str | None = None
         while not self.stop.is_set():
             try:
                 if resource_version is None:
-                    plan = self.cluster.get_plan(self.options.namespace)
-                    self.on_plan(plan)
-                    resource_version = plan.resource_version or ""
-                for plan in self.cluster.watch_plan(
+                    current = get(self.options.namespace)
+                    on(current)
+                    resource_version = current.resource_version or ""
+                for current in watch(
                     self.options.namespace, resource_version or None, WATCH_TIMEOUT_SECONDS
                 ):
-                    self.on_plan(plan)
-                    resource_version = plan.resource_version or resource_version
+                    on(current)
+                    resource_version = current.resource_version or resource_version
                     if self.stop.is_set():
                         return
                 backoff = 1.0
@@ -126,10 +161,27 @@ class AgentLoop:
                 resource_version = None
             except ClusterError as error:
                 self.metrics.cluster_errors.inc()
-                log.warning("plan watch: %s (retrying in %.0f s)", error, backoff)
+                log.warning("%s watch: %s (retrying in %.0f s)", what, error, backoff)
                 resource_version = None
                 self.stop.wait(backoff)
                 backoff = min(backoff * 2, 60.0)
+
+    def current_permission(self) -> Permission:
+        """Whether the current plan is paced, and the rollout as last seen (read once if
+        the watch has not delivered it yet). Unreadable: nobody is let in."""
+        with self._plan_lock:
+            plan, rollout = self._plan, self._rollout
+        paced = plan is not None and plan.paced
+        if not paced:
+            return Permission(paced=False)
+        if rollout is None:
+            try:
+                rollout = self.cluster.get_rollout(self.options.namespace)
+            except ClusterError as error:
+                self.metrics.cluster_errors.inc()
+                return Permission(True, None, f"cannot read the rollout: {error}")
+            self.on_rollout(rollout)
+        return Permission.of(True, rollout.exists, rollout.text, self.options.namespace)
 
     def current_plan(self) -> tuple[Mapping[str, Any] | None, str | None]:
         """(the plan, why there is none)."""
@@ -170,7 +222,12 @@ class AgentLoop:
             log.info("canary requested on demand (%s=%s)", CANARY_REQUEST_ANNOTATION, request)
 
         self.health.busy(self._cycle_bound(plan))
-        report = self.agent.reconcile(plan, force_canary=force)
+        pace = Pace(
+            self.current_permission(),
+            self.options.node_name,
+            lambda notice: self._announce(node, previous, notice),
+        )
+        report = self.agent.reconcile(plan, force_canary=force, pace=pace)
         if force and not self.stop.is_set():
             state, _ = load_state(self.agent.paths.state)
             state.canary_request = request
@@ -200,6 +257,29 @@ class AgentLoop:
             self.metrics.cluster_errors.inc()
             log.warning("cannot read Node %s: %s", self.options.node_name, error)
             return None
+
+    def _announce(
+        self, node: NodeObject | None, previous: AgentStatus | None, notice: CycleReport
+    ) -> bool:
+        """Write ``attemptedPlanHash`` to the Node before config.toml changes, so the
+        operator counts this node unavailable from now on. False when it could not."""
+        if node is None:
+            return False
+        status = build_status(notice, previous, self.now())
+        if status is None:
+            return False
+        status = status.model_copy(update={"waiting": None})
+        text = status_json(status)
+        if node.annotations.get(AGENT_STATUS_ANNOTATION) == text:
+            return True
+        try:
+            self.cluster.patch_node(node.name, {}, {AGENT_STATUS_ANNOTATION: text})
+        except ClusterError as error:
+            self.metrics.cluster_errors.inc()
+            log.warning("cannot record the attempt on Node %s: %s", node.name, error)
+            return False
+        self._status = status
+        return True
 
     def _report(
         self, node: NodeObject | None, report: CycleReport, previous: AgentStatus | None
@@ -259,8 +339,11 @@ class AgentLoop:
 
     def run(self) -> None:
         """Until ``stop``: a cycle at start, then on plan changes, resyncs and drift."""
-        watcher = threading.Thread(target=self.watch_forever, name="plan-watch", daemon=True)
-        watcher.start()
+        for target, name in (
+            (self.watch_forever, "plan-watch"),
+            (self.watch_rollout_forever, "rollout-watch"),
+        ):
+            threading.Thread(target=target, name=name, daemon=True).start()
         next_cycle = self.clock()
         next_drift_check = self.clock() + self.options.drift_check_seconds
         while not self.stop.is_set():

@@ -73,6 +73,15 @@ class AgentState:
     adopted: dict[str, dict[str, Any]] = field(default_factory=dict)
     """handler -> the hand-written table the agent took over (``--adopt-handlers``): the
     backup that is written back when the agent lets go of the handler."""
+    attempted_plan: str | None = None
+    """Hash of the plan the agent last began to change config.toml to (or adopted)."""
+    attempt_grant: str | None = None
+    """The rollout permission (grant time) that attempt began under; None: not paced."""
+    unproven: list[str] = field(default_factory=list)
+    """Handlers the attempt changed whose canary has not passed yet; when none are left,
+    the attempted plan is the applied one."""
+    applied_plan: str | None = None
+    """Hash of the last plan applied with every handler it changed proven."""
 
     def to_json(self) -> str:
         body: dict[str, Any] = {
@@ -87,6 +96,14 @@ class AgentState:
         }
         if self.adopted:
             body["adopted"] = self.adopted
+        if self.attempted_plan is not None:
+            body["attempt"] = {
+                "plan": self.attempted_plan,
+                "grant": self.attempt_grant,
+                "unproven": self.unproven,
+            }
+        if self.applied_plan is not None:
+            body["appliedPlan"] = self.applied_plan
         return json.dumps(body, indent=2, sort_keys=True) + "\n"
 
     @classmethod
@@ -103,7 +120,14 @@ class AgentState:
             value = body.get(key)
             return str(value) if isinstance(value, str) else None
 
+        raw_attempt = body.get("attempt")
+        attempt: dict[str, Any] = raw_attempt if isinstance(raw_attempt, dict) else {}
+        unproven = attempt.get("unproven")
         return cls(
+            attempted_plan=str(attempt["plan"]) if isinstance(attempt.get("plan"), str) else None,
+            attempt_grant=str(attempt["grant"]) if isinstance(attempt.get("grant"), str) else None,
+            unproven=[str(h) for h in unproven] if isinstance(unproven, list) else [],
+            applied_plan=optional("appliedPlan"),
             owned=strings("owned"),
             loaded=optional("loaded"),
             written=optional("written"),

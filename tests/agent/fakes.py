@@ -28,7 +28,7 @@ from typing import Any
 import tomli_w
 
 from wcow_agent.apply import NodeAgent, Timeouts
-from wcow_agent.cluster import NodeObject, PlanObject
+from wcow_agent.cluster import NodeObject, PlanObject, RolloutObject
 from wcow_agent.host.computecore import (
     COMPUTECORE_SIGNATURES,
     HCS_E_SYSTEM_NOT_FOUND,
@@ -607,16 +607,42 @@ class FakeCluster:
         self.events: list[tuple[str, str, str, bool]] = []
         self.watch_queue: queue.Queue[PlanObject] = queue.Queue()
         self.watch_calls: list[tuple[str, str | None]] = []
+        self.rollout = RolloutObject(exists=False)
+        self.rollout_reads = 0
+        self.rollout_queue: queue.Queue[RolloutObject] = queue.Queue()
         self._versions = itertools.count(100)
 
-    def set_plan(self, plan: Mapping[str, Any] | None) -> PlanObject:
+    def set_plan(self, plan: Mapping[str, Any] | None, paced: bool = False) -> PlanObject:
         version = str(next(self._versions))
         self.plan = (
             PlanObject(False, None, version)
             if plan is None
-            else PlanObject(True, dump_plan(plan), version)
+            else PlanObject(True, dump_plan(plan), version, paced=paced)
         )
         return self.plan
+
+    def set_rollout(self, text: str | None) -> RolloutObject:
+        """The rollout ConfigMap with ``rollout.json`` = ``text`` (None: deleted)."""
+        version = str(next(self._versions))
+        self.rollout = (
+            RolloutObject(False, None, version)
+            if text is None
+            else RolloutObject(True, text, version)
+        )
+        return self.rollout
+
+    def get_rollout(self, namespace: str) -> RolloutObject:
+        self.rollout_reads += 1
+        return self.rollout
+
+    def watch_rollout(
+        self, namespace: str, resource_version: str | None, timeout_seconds: int
+    ) -> Iterator[RolloutObject]:
+        while True:
+            try:
+                yield self.rollout_queue.get(timeout=0.05)
+            except queue.Empty:
+                return
 
     def get_plan(self, namespace: str) -> PlanObject:
         self.plan_reads.append(namespace)

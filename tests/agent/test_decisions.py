@@ -35,7 +35,13 @@ FACTS = HostFacts("10.0.20348", True, "1.7.20")
 
 
 def report(**handlers: HandlerOutcome) -> CycleReport:
-    return CycleReport(facts=FACTS, config_version=2, plan_hash="sha256:p1", handlers=handlers)
+    return CycleReport(
+        facts=FACTS,
+        config_version=2,
+        plan_hash="sha256:p1",
+        applied_plan_hash="sha256:p1",
+        handlers=handlers,
+    )
 
 
 def test_status_follows_the_shared_contract_and_keeps_transition_times() -> None:

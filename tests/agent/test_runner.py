@@ -351,11 +351,11 @@ def test_an_unexpected_error_in_a_cycle_does_not_stop_the_agent(
     real = loop.agent.reconcile
     calls: list[int] = []
 
-    def flaky(plan: Any, force_canary: bool = False) -> Any:
+    def flaky(plan: Any, force_canary: bool = False, pace: Any = None) -> Any:
         calls.append(1)
         if len(calls) == 1:
             raise RuntimeError("a bug")
-        return real(plan, force_canary)
+        return real(plan, force_canary, pace)
 
     loop.agent.reconcile = flaky  # type: ignore[method-assign]
     thread = threading.Thread(target=loop.run)

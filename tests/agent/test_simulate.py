@@ -13,7 +13,7 @@ import pytest
 
 from tests.agent.conftest import hyperv, make_plan
 from wcow_agent.cli import build_parser
-from wcow_agent.cluster import ClusterError, NodeObject, PlanObject
+from wcow_agent.cluster import ClusterError, NodeObject, PlanObject, RolloutObject
 from wcow_agent.host.simulated import HostSettings, parse_fault
 from wcow_agent.simulate import Fleet, FleetCluster, FleetOptions, fleet_options
 from wcow_operator.render.plan import dump_plan
@@ -46,6 +46,15 @@ class MemoryClient:
     ) -> Iterator[PlanObject]:
         time.sleep(0.05)
         yield self.store.plan
+
+    def get_rollout(self, namespace: str) -> RolloutObject:
+        return RolloutObject(False)
+
+    def watch_rollout(
+        self, namespace: str, resource_version: str | None, timeout_seconds: int
+    ) -> Iterator[RolloutObject]:
+        time.sleep(0.05)
+        yield RolloutObject(False)
 
     def get_node(self, name: str) -> NodeObject:
         with self.store.lock:

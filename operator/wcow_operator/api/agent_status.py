@@ -51,5 +51,9 @@ class AgentStatus(_Model):
     attempted_plan_hash: str | None = None
     """The plan the agent last tried to apply (equal to applied_plan_hash once it succeeded;
     the operator reads a difference as a failed attempt of the rollout)."""
+    waiting: Annotated[str, Field(max_length=1024)] | None = None
+    """Why the node has not changed to the current plan: the plan is paced and the rollout
+    has not let this node in (it keeps its config.toml and its ready labels meanwhile).
+    None when nothing waits. Optional: agents before the paced rollout never set it."""
     updated_at: str | None = None
     handlers: dict[str, HandlerStatus] = {}
