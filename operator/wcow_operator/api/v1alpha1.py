@@ -192,6 +192,33 @@ class SandboxSpec(_Model):
         return value
 
 
+VMSizing = Literal["Fixed", "FromPodLimits"]
+# The pod annotations a FromPodLimits VM is sized through (pkg/annotations/annotations.go).
+ANNOTATION_PROCESSOR_COUNT: Final = "io.microsoft.virtualmachine.computetopology.processor.count"
+ANNOTATION_MEMORY_MB: Final = "io.microsoft.virtualmachine.computetopology.memory.sizeinmb"
+SIZING_ANNOTATIONS: Final = (ANNOTATION_PROCESSOR_COUNT, ANNOTATION_MEMORY_MB)
+_SIZING_RULES = (
+    cel(
+        "!has(self.sizing) || self.sizing != 'FromPodLimits' || "
+        "(has(self.maxProcessorCount) && has(self.maxMemoryMB))",
+        "sizing FromPodLimits needs maxProcessorCount and maxMemoryMB (the most a pod may get)",
+        ".sizing",
+    ),
+    cel(
+        "!has(self.maxProcessorCount) || self.maxProcessorCount >= "
+        f"(has(self.processorCount) ? self.processorCount : {UVM_DEFAULT_PROCESSORS})",
+        f"maxProcessorCount must be at least processorCount (default {UVM_DEFAULT_PROCESSORS})",
+        ".maxProcessorCount",
+    ),
+    cel(
+        "!has(self.maxMemoryMB) || (self.maxMemoryMB % 2 == 0 && self.maxMemoryMB >= "
+        f"(has(self.memoryMB) ? self.memoryMB : {UVM_DEFAULT_MEMORY_MB}))",
+        f"maxMemoryMB must be even and at least memoryMB (default {UVM_DEFAULT_MEMORY_MB})",
+        ".maxMemoryMB",
+    ),
+)
+
+
 class VMSpec(_Model):
     """Utility VM of a Hyper-V isolated pod. Pod annotations allowed by
     spec.annotations.pod can still override these per pod (hcsshim: annotation first)."""
@@ -203,7 +230,8 @@ class VMSpec(_Model):
                     "!has(self.memoryMB) || self.memoryMB % 2 == 0",
                     "memoryMB must be even: hcsshim rounds utility VM memory up to 2 MB",
                     ".memoryMB",
-                )
+                ),
+                *_SIZING_RULES,
             ]
         }
     )
@@ -231,8 +259,23 @@ class VMSpec(_Model):
     inherit_host_timezone: bool = True
     """Run the VM in the host's time zone; false runs it in UTC (annotation
     io.microsoft.virtualmachine.wcow.timezone.noinherit)."""
+    sizing: VMSizing = "Fixed"
+    """Fixed: every pod's VM has processorCount and memoryMB. FromPodLimits: the admission
+    webhook sizes each pod's VM from its containers' limits (at least processorCount and
+    memoryMB, at most maxProcessorCount and maxMemoryMB) through the pod annotations
+    io.microsoft.virtualmachine.computetopology.processor.count and ...memory.sizeinmb,
+    which the handler then always lets through."""
+    max_processor_count: Annotated[int, Field(ge=1, le=240)] | None = None
+    """Most virtual processors a pod's VM may have (sized from its limits, or asked for by
+    the processor.count annotation). Required with FromPodLimits; optional with Fixed,
+    where it bounds pods' own annotations. At least processorCount."""
+    max_memory_mb: Annotated[int, Field(ge=256, le=1048576)] | None = Field(
+        default=None, alias="maxMemoryMB"
+    )
+    """Most memory in MB a pod's VM may have; even. Required with FromPodLimits; optional
+    with Fixed, where it bounds pods' own annotations. At least memoryMB."""
 
-    @field_validator("memory_mb")
+    @field_validator("memory_mb", "max_memory_mb")
     @classmethod
     def _even_memory(cls, value: int | None) -> int | None:
         if value is not None and value % 2:
@@ -241,6 +284,38 @@ class VMSpec(_Model):
                 f"MB; write {value + 1}"
             )
         return value
+
+    @model_validator(mode="after")
+    def _sizing_bounds(self) -> Self:
+        if self.sizing == "FromPodLimits":
+            for field, value in (
+                ("maxProcessorCount", self.max_processor_count),
+                ("maxMemoryMB", self.max_memory_mb),
+            ):
+                if value is None:
+                    raise FieldError(
+                        field, "is required with sizing FromPodLimits (the most a pod may get)"
+                    )
+        processors = self.processor_count or UVM_DEFAULT_PROCESSORS
+        if self.max_processor_count is not None and self.max_processor_count < processors:
+            raise FieldError(
+                "maxProcessorCount",
+                f"{self.max_processor_count} is below processorCount {processors}",
+            )
+        memory = self.memory_mb or UVM_DEFAULT_MEMORY_MB
+        if self.max_memory_mb is not None and self.max_memory_mb < memory:
+            raise FieldError("maxMemoryMB", f"{self.max_memory_mb} is below memoryMB {memory}")
+        return self
+
+    @property
+    def floor_processors(self) -> int:
+        """Processors every VM of this profile has at least."""
+        return self.processor_count or UVM_DEFAULT_PROCESSORS
+
+    @property
+    def floor_memory_mb(self) -> int:
+        """Memory (MB) every VM of this profile has at least."""
+        return self.memory_mb or UVM_DEFAULT_MEMORY_MB
 
     def container_annotations(self) -> dict[str, str]:
         """The hcsshim annotations these settings become (DefaultContainerAnnotations)."""
@@ -658,8 +733,15 @@ class WindowsRuntimeProfileSpec(_Model):
 
     def pod_annotation_patterns(self) -> list[str]:
         if self.annotations.pod is not None:
-            return list(self.annotations.pod)
-        return [VM_ANNOTATIONS] if self.isolation == "HyperV" else []
+            patterns = list(self.annotations.pod)
+        else:
+            patterns = [VM_ANNOTATIONS] if self.isolation == "HyperV" else []
+        vm = self.effective_vm()
+        if vm is not None and vm.sizing == "FromPodLimits":
+            # The webhook sizes the VM through these two: they must reach the shim whatever
+            # spec.annotations.pod says (exact keys, added when not listed literally).
+            patterns += [key for key in SIZING_ANNOTATIONS if key not in patterns]
+        return patterns
 
     def container_annotation_patterns(self) -> list[str]:
         if self.annotations.container is not None:
