@@ -122,6 +122,43 @@ def test_plan_reads_and_watches_are_allowed_and_narrow() -> None:
     assert_rbac_allows(core.calls)
 
 
+def test_rollout_reads_and_watches_are_allowed_and_the_paced_mark_is_read() -> None:
+    core = FakeCore()
+    core.config_map = client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="wcow-runtime-rollout", resource_version="7"),
+        data={"rollout.json": '{"planHash": "sha256:x"}'},
+    )
+    paced = client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(
+            name="wcow-runtime-plan",
+            resource_version="8",
+            annotations={"runtime.wcow.dev/rollout": "paced"},
+        ),
+        data={"plan.json": "{}"},
+    )
+    rollout_events = [{"type": "DELETED", "object": core.config_map}]
+    watches = iter(
+        [FakeWatch(core, rollout_events), FakeWatch(core, [{"type": "ADDED", "object": paced}])]
+    )
+    cluster = KubernetesCluster(core, watch_factory=lambda: next(watches))
+
+    rollout = cluster.get_rollout("wcow-system")
+    assert (rollout.exists, rollout.text, rollout.resource_version) == (
+        True,
+        '{"planHash": "sha256:x"}',
+        "7",
+    )
+    gone = list(cluster.watch_rollout("wcow-system", "7", 300))
+    assert [(r.exists, r.text) for r in gone] == [(False, None)]
+    assert core.calls[-1][3]["field_selector"] == "metadata.name=wcow-runtime-rollout"
+    (plan,) = cluster.watch_plan("wcow-system", None, 300)
+    assert plan.paced
+    assert not cluster.get_plan("wcow-system").paced  # the rollout ConfigMap has no mark
+    for verb, resource, namespace, _ in core.calls:
+        assert allows(AGENT_NAMESPACE_RULES, "", resource, verb, "wcow-runtime-rollout")
+        assert namespace == "wcow-system"
+
+
 def test_a_missing_plan_is_not_an_error_but_a_refusal_is() -> None:
     core = FakeCore()
     core.config_map = None
