@@ -1,4 +1,4 @@
-"""``wcow``: render, validate and generate, offline (no cluster needed).
+"""``wcow``: render, validate, generate and admit pods, offline (no cluster needed).
 
 Exit codes: 0 success, 1 invalid input (profiles, conflicts, unreadable YAML), 2 usage
 (bad flags, a path that does not exist). On any error nothing is written.
@@ -21,6 +21,7 @@ from wcow_operator.api.crd import custom_resource_definition
 from wcow_operator.api.errors import ProfileInvalidError, parse_profile
 from wcow_operator.api.reference import markdown_reference
 from wcow_operator.api.v1alpha1 import API_VERSION, KIND, WindowsRuntimeProfile
+from wcow_operator.reconcile.admission import Refused, admit
 from wcow_operator.render.bundle import ProfileConflictError, Rendered, render_all
 from wcow_operator.render.plan import dump_plan, plan_config_map
 from wcow_operator.render.serialize import dump_yaml, dump_yaml_documents
@@ -266,6 +267,40 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pods(paths: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every Pod in ``paths`` (other kinds are not the webhook's to judge), with its source."""
+    for path in _files(paths):
+        for index, document in _documents(path):
+            if isinstance(document, dict) and document.get("kind") == "Pod":
+                yield f"{path} (document {index})", document
+
+
+def cmd_admit(args: argparse.Namespace) -> int:
+    loaded = _load_or_fail(args.profiles)
+    profiles = {item.profile.name: item.profile for item in loaded}
+    admitted: list[dict[str, Any]] = []
+    refusals: list[str] = []
+    try:
+        pods = list(_pods(args.pods))
+    except InputError as error:
+        _fail([str(error)])
+    if not pods:
+        _fail([f"no Pod found in {', '.join(args.pods)}"])
+    for where, pod in pods:
+        decision = admit(pod, profiles)
+        name = (pod.get("metadata") or {}).get("name", "?")
+        if isinstance(decision, Refused):
+            refusals.append(
+                f"{where}: pod {name!r} refused ({decision.reason}): {decision.message}"
+            )
+        else:
+            admitted.append(decision.pod)
+    sys.stdout.write(dump_yaml_documents(admitted))
+    for refusal in refusals:
+        print(f"error: {refusal}", file=sys.stderr)
+    return EXIT_INVALID if refusals else 0
+
+
 CRD_HEADER = "# Generated from wcow_operator/api/v1alpha1.py by `wcow crd`. Do not edit.\n"
 
 
@@ -306,6 +341,20 @@ def build_parser() -> argparse.ArgumentParser:
     validate = commands.add_parser("validate", help="check profiles without rendering")
     validate.add_argument("paths", nargs="+", metavar="PATH")
     validate.set_defaults(func=cmd_validate)
+
+    admission = commands.add_parser(
+        "admit",
+        help="admit pods as the webhook would (no cluster)",
+        description="Print each Pod in the POD files as the admission webhook would admit it "
+        "(YAML on stdout; unchanged unless its RuntimeClass is a FromPodLimits profile), or "
+        "why it would refuse it (stderr, exit 1). Profiles come from --profiles.",
+    )
+    admission.add_argument(
+        "--profiles", action="append", required=True, metavar="PATH",
+        help="profile files or folders (repeatable)",
+    )  # fmt: skip
+    admission.add_argument("pods", nargs="+", metavar="POD")
+    admission.set_defaults(func=cmd_admit)
 
     crd = commands.add_parser("crd", help="print the WindowsRuntimeProfile CRD")
     crd.add_argument(
