@@ -237,11 +237,22 @@ class NodeAgent:
         # Only a paced rollout counts on the Node's word; an unpaced plan is reported
         # once, after the cycle, as before.
         counted = pace is not None and gate.reason in ("Permitted", "NewNode")
+        # What it is about to change is Pending from now on: the last result of those
+        # handlers (a failure of an earlier plan, say) is not this attempt's.
         notice = CycleReport(
             facts=cycle.facts,
             plan_hash=plan_hash,
             attempted_plan_hash=plan_hash,
             applied_plan_hash=state.applied_plan,
+            handlers={
+                h: HandlerOutcome(
+                    "Pending",
+                    "Applying",
+                    f"changing to plan {plan_hash}",
+                    eligible[h].get("generation"),
+                )
+                for h in sorted(touched)
+            },
         )
         if counted and pace is not None and not pace.announce(notice):
             cycle.report.requeue = True

@@ -15,11 +15,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from wcow_agent.agent import (
     CycleReport,
+    HandlerOutcome,
     build_status,
     label_changes,
     parse_status,
@@ -265,6 +266,18 @@ class AgentLoop:
         operator counts this node unavailable from now on. False when it could not."""
         if node is None:
             return False
+        # The handlers the attempt changes say so; the others keep what they said.
+        kept = {
+            name: HandlerOutcome(
+                entry.state,
+                entry.reason,
+                entry.message,
+                entry.profile_generation,
+                entry.canary_duration_seconds,
+            )
+            for name, entry in (previous.handlers if previous is not None else {}).items()
+        }
+        notice = replace(notice, handlers={**kept, **(notice.handlers or {})})
         status = build_status(notice, previous, self.now())
         if status is None:
             return False

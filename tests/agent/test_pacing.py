@@ -357,6 +357,12 @@ def test_loop_waits_for_permission_then_records_the_attempt_before_restarting(
     (announced, restarts_then), (final, _) = seen
     assert (announced["attemptedPlanHash"], announced["appliedPlanHash"]) == (H2, H1)
     assert "waiting" not in announced
+    # What the attempt changes is Pending: an earlier result (here Ready on the old table; a
+    # failure of an earlier plan alike) must not be read as this attempt's.
+    assert {h: (e["state"], e["reason"]) for h, e in announced["handlers"].items()} == {
+        "hv": ("Pending", "Applying"),
+        "proc": ("Pending", "Applying"),
+    }
     assert restarts_then == restarts
     assert len(node.restarts) == restarts + 1
     assert (final["attemptedPlanHash"], final["appliedPlanHash"]) == (H2, H2)
