@@ -11,8 +11,11 @@ import socket
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Sequence
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import kopf
 import prometheus_client
@@ -21,11 +24,22 @@ from wcow_operator.controller.cache import ClusterCache
 from wcow_operator.controller.controller import Controller, Runner
 from wcow_operator.controller.informer import run_informer, watched_collections
 from wcow_operator.controller.metrics import Metrics
+from wcow_operator.handlers.admission import (
+    AdmissionMetrics,
+    ProfileIndex,
+    WebhookKeeper,
+    WebhookSettings,
+    configure_server,
+    serving_certificate,
+)
+from wcow_operator.handlers.admission import register as register_admission
 from wcow_operator.health import serve_health
 from wcow_operator.k8s.api import KubernetesApi, load_client_config
 from wcow_operator.k8s.leader import run_with_leader_election
+from wcow_operator.k8s.webhooks import WebhookConfigurations
 from wcow_operator.rbac import OPERATOR_LEASE
 from wcow_operator.reconcile.core import ReconcileSettings
+from wcow_operator.render.webhooks import Endpoint
 from wcow_operator.settings import OperatorSettings, SettingsError, parse_settings
 
 log = logging.getLogger("wcow_operator")
@@ -52,6 +66,52 @@ def configure_logging(settings: OperatorSettings) -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     logging.basicConfig(level=settings.log_level, handlers=[handler], force=True)
     logging.getLogger("kopf").setLevel(max(logging.INFO, logging.getLevelName(settings.log_level)))
+
+
+def webhook_settings(settings: OperatorSettings) -> WebhookSettings:
+    if settings.webhook_url:
+        endpoint = Endpoint(url=settings.webhook_url)
+        hosts: tuple[str, ...] = (urllib.parse.urlsplit(settings.webhook_url).hostname or "",)
+    else:
+        service, namespace = settings.webhook_service, settings.namespace
+        endpoint = Endpoint(service_namespace=namespace, service_name=service)
+        hosts = (f"{service}.{namespace}.svc", f"{service}.{namespace}", service)
+    return WebhookSettings(
+        port=settings.webhook_port,
+        endpoint=endpoint,
+        excluded_namespaces=("kube-system", settings.namespace),
+        cert_dir=Path(settings.webhook_cert_dir) if settings.webhook_cert_dir else None,
+        ca_injection_from=settings.webhook_ca_injection_from or None,
+        hosts=hosts,
+        listen="127.0.0.1" if settings.webhook_url else "0.0.0.0",  # noqa: S104 - via Service
+    )
+
+
+def start_admission_webhook(
+    registry: kopf.OperatorRegistry,
+    *,
+    settings: OperatorSettings,
+    cache: ClusterCache,
+    metrics: Metrics,
+    api_client: Any,
+    stop: threading.Event,
+) -> None:
+    """kopf serves the pod admission handlers; a thread keeps the webhook configurations."""
+    webhook = webhook_settings(settings)
+    certificate = serving_certificate(webhook)
+    index = ProfileIndex(cache.profile_bodies)
+    register_admission(registry, index.current, AdmissionMetrics(metrics.registry))
+    configure_server(registry, webhook, certificate)
+    keeper = WebhookKeeper(
+        WebhookConfigurations(api_client), webhook, certificate, lambda: index.current().keys()
+    )
+
+    def keep() -> None:
+        while not cache.synced() and not stop.wait(0.2):
+            pass  # never publish "no classes" before the profiles are known
+        keeper.run(stop)
+
+    threading.Thread(target=keep, name="webhook-configurations", daemon=True).start()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -137,6 +197,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A registry of our own has no login handler: use the kubernetes client's credentials
     # (in-cluster service account, or the kubeconfig), as the default registry would.
     kopf.on.login(registry=registry)(kopf.login_via_client)
+    if settings.webhook_port:
+        start_admission_webhook(
+            registry,
+            settings=settings,
+            cache=cache,
+            metrics=metrics,
+            api_client=api_client,
+            stop=stop,
+        )
     log.info("wcow-operator starting: namespace=%s", settings.namespace)
     try:
         kopf.run(registry=registry, standalone=True, clusterwide=True)

@@ -11,6 +11,7 @@ from typing import Any, Final
 from wcow_operator.api.rollout import ROLLOUT_CONFIGMAP
 from wcow_operator.api.v1alpha1 import GROUP, PLURAL
 from wcow_operator.render.plan import PLAN_CONFIGMAP
+from wcow_operator.render.webhooks import WEBHOOK_CONFIGURATION
 
 OPERATOR_LEASE = "wcow-operator"
 
@@ -37,6 +38,19 @@ OPERATOR_CLUSTER_RULES: Final[list[Rule]] = [
         "apiGroups": ["apiextensions.k8s.io"],
         "resources": ["customresourcedefinitions"],
         "verbs": ["list", "watch"],
+    },
+    # The pod admission webhook's own configurations: created when absent (create cannot be
+    # narrowed by name), then read and kept current (runtime classes, CA bundle) by name.
+    {
+        "apiGroups": ["admissionregistration.k8s.io"],
+        "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+        "verbs": ["create"],
+    },
+    {
+        "apiGroups": ["admissionregistration.k8s.io"],
+        "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+        "resourceNames": [WEBHOOK_CONFIGURATION],
+        "verbs": ["get", "update"],
     },
 ]
 

@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -29,6 +30,11 @@ class OperatorSettings:
     workers: int = 8
     max_unavailable: int | str = "10%"
     rollout_timeout_seconds: float = 900.0
+    webhook_port: int = 0  # 0: no admission webhook
+    webhook_service: str = ""
+    webhook_url: str = ""
+    webhook_cert_dir: str = ""
+    webhook_ca_injection_from: str = ""
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool | None:
@@ -96,6 +102,32 @@ def parse_settings(
         "(env WCOW_ROLLOUT_TIMEOUT_SECONDS, default 900)",
     )
     parser.add_argument(
+        "--webhook-port",
+        type=int,
+        help="serve the pod admission webhook on this port (env WCOW_WEBHOOK_PORT; "
+        "default 0: no webhook)",
+    )
+    parser.add_argument(
+        "--webhook-service",
+        help="the Service in the operator's namespace the API server calls the webhook "
+        "through (env WCOW_WEBHOOK_SERVICE)",
+    )
+    parser.add_argument(
+        "--webhook-url",
+        help="call the webhook at this https URL instead of a Service, e.g. "
+        "https://127.0.0.1:9443 for an API server on the same host (env WCOW_WEBHOOK_URL)",
+    )
+    parser.add_argument(
+        "--webhook-cert-dir",
+        help="serve with tls.crt/tls.key from this folder (cert-manager's Secret); default: "
+        "a CA and certificate made at start (env WCOW_WEBHOOK_CERT_DIR)",
+    )
+    parser.add_argument(
+        "--webhook-ca-injection-from",
+        help="<namespace>/<Certificate> for cert-manager's cainjector to fill the CA bundle "
+        "(env WCOW_WEBHOOK_CA_INJECTION_FROM)",
+    )
+    parser.add_argument(
         "--log-format", choices=("json", "text"), help="env WCOW_LOG_FORMAT, default json"
     )
     parser.add_argument(
@@ -145,7 +177,9 @@ def parse_settings(
     gating = args.require_node_gating
     if gating is None:
         gating = _flag(env, "WCOW_REQUIRE_NODE_GATING")
+    webhook = _webhook_settings(args, env)
     return OperatorSettings(
+        **webhook,
         namespace=namespace,
         metrics_port=metrics_port,
         health_port=health_port,
@@ -170,3 +204,25 @@ def _max_unavailable(value: str) -> int | str:
         f"--max-unavailable must be a count (at least 1) or a percentage from 1% to 100%, "
         f"not {value!r}"
     )
+
+
+def _webhook_settings(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
+    try:
+        port = args.webhook_port or int(env.get("WCOW_WEBHOOK_PORT") or 0)
+    except ValueError as error:
+        raise SettingsError(f"invalid WCOW_WEBHOOK_PORT: {error}") from None
+    found: dict[str, Any] = {"webhook_port": port}
+    for name in ("service", "url", "cert_dir", "ca_injection_from"):
+        found[f"webhook_{name}"] = (
+            getattr(args, f"webhook_{name}") or env.get(f"WCOW_WEBHOOK_{name.upper()}") or ""
+        )
+    if not 0 <= port <= 65535:
+        raise SettingsError(f"--webhook-port must be 0 (off) to 65535, not {port}")
+    if port and bool(found["webhook_service"]) == bool(found["webhook_url"]):
+        raise SettingsError(
+            "the admission webhook needs exactly one of --webhook-service (in a cluster) "
+            "or --webhook-url (an API server on this host)"
+        )
+    if found["webhook_url"] and not str(found["webhook_url"]).startswith("https://"):
+        raise SettingsError(f"--webhook-url must be an https:// URL, not {found['webhook_url']!r}")
+    return found

@@ -159,6 +159,11 @@ class ClusterCache:
             reports=reports,
         )
 
+    def profile_bodies(self) -> list[dict[str, Any]]:
+        """The profiles as last seen (read by the admission webhook for every pod)."""
+        with self._lock:
+            return list(self._objects["profiles"].values())
+
     def counts(self) -> dict[str, int]:
         with self._lock:
             return {

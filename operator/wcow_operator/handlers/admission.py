@@ -1,0 +1,277 @@
+"""The pod admission webhook, served by kopf: a thin adapter over
+``wcow_operator.reconcile.admission.admit``.
+
+kopf serves the endpoints (``kopf.WebhookServer``, one path per handler id). The webhook
+configurations are kept by ``WebhookKeeper`` rather than kopf's ``settings.admission.managed``:
+kopf's managed configurations cannot carry the namespaceSelector and matchConditions that keep
+every pod outside the wcow classes away from the webhook (see ``render.webhooks``), and they
+always set failurePolicy Fail with a 30 s timeout for whatever the rules match.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import kopf
+from prometheus_client import CollectorRegistry, Counter
+
+from wcow_operator.api.errors import ProfileInvalidError, parse_profile
+from wcow_operator.api.v1alpha1 import WindowsRuntimeProfile
+from wcow_operator.controller.api import ApiError
+from wcow_operator.handlers.certificates import ServingCertificate, self_signed
+from wcow_operator.reconcile.admission import REASONS, Admitted, admit
+from wcow_operator.render.webhooks import (
+    KINDS,
+    MUTATE_ID,
+    VALIDATE_ID,
+    Endpoint,
+    ca_bundle_of,
+    merged_ca_bundle,
+    webhook_configuration,
+)
+
+log = logging.getLogger(__name__)
+
+
+class AdmissionMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.admitted = Counter(
+            "wcow_admission_admitted_total",
+            "Pods of wcow RuntimeClasses admitted (changed or not), dry runs included",
+            registry=registry,
+        )
+        self.mutated = Counter(
+            "wcow_admission_mutated_total",
+            "Pods admitted with changes (VM sizing annotations, memory requests)",
+            registry=registry,
+        )
+        self.refused = Counter(
+            "wcow_admission_refused_total",
+            "Pods refused, by reason",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in REASONS:
+            self.refused.labels(reason=reason)
+
+
+class ProfileIndex:
+    """Valid profiles by RuntimeClass name, parsed once per resourceVersion. An invalid
+    profile is left out: its pods pass unchanged (the operator reports it Valid=False)."""
+
+    def __init__(self, source: Callable[[], Iterable[dict[str, Any]]]) -> None:
+        self._source = source
+        self._lock = threading.Lock()
+        self._key: tuple[tuple[str, str], ...] = ()
+        self._profiles: dict[str, WindowsRuntimeProfile] = {}
+
+    def current(self) -> dict[str, WindowsRuntimeProfile]:
+        bodies = list(self._source())
+        key = tuple(
+            sorted(
+                (str(b["metadata"]["name"]), str(b["metadata"].get("resourceVersion", "")))
+                for b in bodies
+            )
+        )
+        with self._lock:
+            if key == self._key:
+                return self._profiles
+        parsed: dict[str, WindowsRuntimeProfile] = {}
+        for body in bodies:
+            if (body.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            try:
+                profile = parse_profile(body)
+            except ProfileInvalidError:
+                continue
+            parsed[profile.name] = profile
+        with self._lock:
+            self._key, self._profiles = key, parsed
+        return parsed
+
+
+def _replace_with(admitted: dict[str, Any]) -> Callable[[kopf.RawBody], None]:
+    def apply(body: kopf.RawBody) -> None:
+        raw: dict[str, Any] = body  # type: ignore[assignment]
+        raw.clear()
+        raw.update(copy.deepcopy(admitted))
+
+    return apply
+
+
+def register(
+    registry: kopf.OperatorRegistry,
+    profiles: Callable[[], dict[str, WindowsRuntimeProfile]],
+    metrics: AdmissionMetrics,
+) -> None:
+    """The mutating and validating handlers (the decision is pure and fast: no thread)."""
+
+    @kopf.on.mutate("", "v1", "pods", id=MUTATE_ID, operations=["CREATE"], registry=registry)
+    async def mutate(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        decision = admit(dict(body), profiles())
+        if not isinstance(decision, Admitted):
+            metrics.refused.labels(reason=decision.reason).inc()
+            raise kopf.AdmissionError(f"{decision.reason}: {decision.message}", code=403)
+        if decision.profile is not None:
+            metrics.admitted.inc()
+        if decision.mutated:
+            metrics.mutated.inc()
+            patch.fns.append(_replace_with(decision.pod))
+
+    @kopf.on.validate("", "v1", "pods", id=VALIDATE_ID, operations=["CREATE"], registry=registry)
+    async def validate(body: kopf.Body, **_: Any) -> None:
+        # The final pod, after every mutating webhook: refused if it would be refused now
+        # (e.g. another webhook raised its limits past the bounds after ours sized it).
+        decision = admit(dict(body), profiles())
+        if not isinstance(decision, Admitted):
+            metrics.refused.labels(reason=decision.reason).inc()
+            raise kopf.AdmissionError(f"{decision.reason}: {decision.message}", code=403)
+
+
+@dataclass(frozen=True)
+class WebhookSettings:
+    port: int
+    endpoint: Endpoint
+    excluded_namespaces: tuple[str, ...]
+    cert_dir: Path | None = None  # cert-manager's Secret, mounted (tls.crt, tls.key, ca.crt)
+    ca_injection_from: str | None = None  # "<namespace>/<Certificate>" for cert-manager
+    hosts: tuple[str, ...] = ("localhost",)
+    listen: str = "0.0.0.0"  # noqa: S104 - the API server reaches it through the Service
+
+
+def serving_certificate(settings: WebhookSettings) -> ServingCertificate:
+    if settings.cert_dir is not None:
+        ca = settings.cert_dir / "ca.crt"
+        return ServingCertificate(
+            ca_pem=ca.read_text(encoding="ascii") if ca.exists() else "",
+            certfile=settings.cert_dir / "tls.crt",
+            keyfile=settings.cert_dir / "tls.key",
+        )
+    return self_signed(settings.hosts)
+
+
+class ConfigurationsApi(Protocol):
+    """What the keeper needs of the API (``k8s.webhooks.WebhookConfigurations``)."""
+
+    def read(self, kind: str) -> dict[str, Any] | None: ...
+    def create(self, kind: str, body: dict[str, Any]) -> dict[str, Any]: ...
+    def replace(self, kind: str, body: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class WebhookKeeper:
+    """Keeps both webhook configurations as ``render.webhooks`` describes them: created
+    when absent, rewritten when the profiles' classes or this replica's CA are missing from
+    them, untouched otherwise (no writes at rest)."""
+
+    def __init__(
+        self,
+        api: ConfigurationsApi,
+        settings: WebhookSettings,
+        certificate: ServingCertificate,
+        runtime_classes: Callable[[], Iterable[str]],
+    ) -> None:
+        self._api = api
+        self._settings = settings
+        self._certificate = certificate
+        self._classes = runtime_classes
+
+    def desired(self, kind: str, current: dict[str, Any] | None) -> dict[str, Any]:
+        settings = self._settings
+        existing = ca_bundle_of(current)
+        if settings.ca_injection_from is not None:
+            bundle = existing  # cert-manager's cainjector writes it
+            annotations = {"cert-manager.io/inject-ca-from": settings.ca_injection_from}
+        else:
+            bundle = merged_ca_bundle(existing, self._certificate.ca_pem)
+            annotations = None
+        return webhook_configuration(
+            kind,
+            settings.endpoint,
+            self._classes(),
+            settings.excluded_namespaces,
+            ca_bundle=bundle,
+            annotations=annotations,
+        )
+
+    def sync(self) -> int:
+        """Make both configurations current; the number of writes made."""
+        writes = 0
+        for kind in KINDS:
+            for _attempt in range(5):
+                current = self._api.read(kind)
+                body = self.desired(kind, current)
+                if current is None:
+                    try:
+                        self._api.create(kind, body)
+                    except ApiError as error:
+                        if error.status == 409:
+                            continue
+                        raise
+                    writes += 1
+                    break
+                if _same(current, body):
+                    break
+                body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                try:
+                    self._api.replace(kind, body)
+                except ApiError as error:
+                    if error.status == 409:  # another replica wrote first: read again
+                        continue
+                    raise
+                writes += 1
+                break
+        return writes
+
+    def run(self, stop: threading.Event, interval: float = 2.0) -> None:
+        last: tuple[str, ...] | None = None
+        while not stop.is_set():
+            classes = tuple(sorted(self._classes()))
+            try:
+                if classes != last:
+                    self.sync()
+                    last = classes
+            except ApiError as error:
+                log.warning("could not update the admission webhook configurations: %s", error)
+            stop.wait(interval)
+
+
+def _same(current: dict[str, Any], desired: dict[str, Any]) -> bool:
+    """Whether what the server holds says what we would write (the server adds defaults)."""
+    want_hooks = desired["webhooks"]
+    have_hooks = current.get("webhooks") or []
+    if len(want_hooks) != len(have_hooks):
+        return False
+    for want, have in zip(want_hooks, have_hooks, strict=True):
+        for key, value in want.items():
+            if key == "objectSelector" and not value and not have.get(key):
+                continue
+            if have.get(key) != value:
+                return False
+    annotations = desired["metadata"].get("annotations") or {}
+    have_annotations = current["metadata"].get("annotations") or {}
+    return all(have_annotations.get(k) == v for k, v in annotations.items())
+
+
+def configure_server(
+    registry: kopf.OperatorRegistry, settings: WebhookSettings, certificate: ServingCertificate
+) -> None:
+    """Let kopf serve the handlers on ``settings.port`` with ``certificate``."""
+
+    @kopf.on.startup(registry=registry)
+    def admission_server(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.admission.server = kopf.WebhookServer(
+            addr=listen,
+            port=port,
+            certfile=str(certificate.certfile),
+            pkeyfile=str(certificate.keyfile),
+            cadata=certificate.ca_pem.encode("ascii") or None,
+        )
+        settings.admission.managed = None
+
+    listen, port = settings.listen, settings.port

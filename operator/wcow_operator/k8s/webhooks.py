@@ -1,0 +1,85 @@
+"""Reads and writes the pod admission webhook's configurations (one Mutating-, one
+ValidatingWebhookConfiguration, both named ``WEBHOOK_CONFIGURATION``).
+
+Each method declares its permission in ``PERMISSIONS``; a test checks them against
+``wcow_operator.rbac`` (get and update by name; create, which RBAC cannot narrow by name).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from wcow_operator.controller.api import ApiError, Permission
+from wcow_operator.render.webhooks import WEBHOOK_CONFIGURATION
+
+FIELD_MANAGER: Final = "wcow-operator"
+GROUP: Final = "admissionregistration.k8s.io"
+PLURALS: Final = {
+    "mutating": "mutatingwebhookconfigurations",
+    "validating": "validatingwebhookconfigurations",
+}
+PERMISSIONS: Final[dict[str, list[Permission]]] = {
+    "read": [
+        (GROUP, plural, "get", "cluster", WEBHOOK_CONFIGURATION) for plural in PLURALS.values()
+    ],
+    "create": [(GROUP, plural, "create", "cluster", None) for plural in PLURALS.values()],
+    "replace": [
+        (GROUP, plural, "update", "cluster", WEBHOOK_CONFIGURATION) for plural in PLURALS.values()
+    ],
+}
+
+
+class WebhookConfigurations:
+    def __init__(self, api_client: client.ApiClient, timeout_seconds: float = 15.0) -> None:
+        self._client = api_client
+        self._timeout = timeout_seconds
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        query = [("fieldManager", FIELD_MANAGER)] if method in ("POST", "PUT") else []
+        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        method, url, headers, payload, _ = self._client.param_serialize(
+            method, path, query_params=query, header_params=headers, body=body,
+            auth_settings=["BearerToken"],
+        )  # fmt: skip
+        response = self._client.call_api(
+            method, url, header_params=headers, body=payload, _request_timeout=self._timeout
+        )
+        data = response.read()  # type: ignore[no-untyped-call]
+        if not 200 <= response.status < 300:
+            try:
+                message = json.loads(data).get("message", "")
+            except ValueError:
+                message = data.decode("utf-8", "replace")[:300]
+            raise ApiError(response.status, response.reason or "", message)
+        return json.loads(data) if data else None
+
+    @staticmethod
+    def _path(kind: str, name: str | None = None) -> str:
+        base = f"/apis/{GROUP}/v1/{PLURALS[kind]}"
+        return f"{base}/{name}" if name else base
+
+    def read(self, kind: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = self._call("GET", self._path(kind, WEBHOOK_CONFIGURATION))
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+        except ApiException as error:  # transport errors the client raised itself
+            raise ApiError(error.status or 0, error.reason or "", str(error)) from None
+        return found
+
+    def create(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+        created: dict[str, Any] = self._call("POST", self._path(kind), body)
+        return created
+
+    def replace(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Replace, with the resourceVersion in ``body`` as the precondition (409 if stale)."""
+        replaced: dict[str, Any] = self._call(
+            "PUT", self._path(kind, body["metadata"]["name"]), body
+        )
+        return replaced
