@@ -151,8 +151,9 @@ def _pems(bundle_b64: str | None) -> list[str]:
 
 def merged_ca_bundle(current_b64: str | None, own_pem: str) -> str:
     """The CA bundle with this replica's CA in it: added first when missing, the others
-    after it, newest first, at most MAX_CAS. Each replica signs its serving certificate with a CA of its own that never
-    leaves its memory, so the API server trusts whichever replica the Service picks."""
+    after it, newest first, at most MAX_CAS. Each replica signs its serving certificate with
+    a CA of its own that never leaves its memory, so the API server trusts whichever
+    replica the Service picks."""
     own = own_pem.strip() + "\n"
     current = _pems(current_b64)
     if any(pem.strip() == own.strip() for pem in current):
