@@ -1,0 +1,148 @@
+"""The pod admission webhook on the real API server (issue 11).
+
+The operator runs as a subprocess serving its webhook on loopback (``--webhook-url
+https://127.0.0.1:PORT``) and registers it itself; pods are created with dry-run=server and
+for real, so the admitted spec includes the API server's own RuntimeClass admission
+(overhead, scheduling). With the operator stopped, pods outside the wcow classes still pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tests.e2e.operator_harness import (
+    free_port,
+    installed_crd,
+    namespace,
+    profile,
+    profiles_cleaned_up,
+    running_operator,
+    wait_for,
+)
+from wcow_operator.api.v1alpha1 import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
+from wcow_operator.render.webhooks import WEBHOOK_CONFIGURATION
+
+pytestmark = pytest.mark.e2e
+
+
+def _pod(name: str, runtime_class: str | None, **resources: dict[str, str]) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "app", "image": "mcr.microsoft.com/windows/nanoserver"}
+    if resources:
+        container["resources"] = resources
+    spec: dict[str, Any] = {"containers": [container], "automountServiceAccountToken": False}
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def _create(core: client.CoreV1Api, ns: str, body: dict[str, Any], *, dry_run: bool) -> Any:
+    return core.api_client.sanitize_for_serialization(
+        core.create_namespaced_pod(ns, body, dry_run="All" if dry_run else None)
+    )
+
+
+def _refusal(core: client.CoreV1Api, ns: str, body: dict[str, Any]) -> str:
+    with pytest.raises(ApiException) as caught:
+        core.create_namespaced_pod(ns, body, dry_run="All")
+    return str(caught.value.body)
+
+
+def _delete_configurations(kube: client.ApiClient) -> None:
+    registration = client.AdmissionregistrationV1Api(kube)
+    with contextlib.suppress(ApiException):
+        registration.delete_mutating_webhook_configuration(WEBHOOK_CONFIGURATION)
+    with contextlib.suppress(ApiException):
+        registration.delete_validating_webhook_configuration(WEBHOOK_CONFIGURATION)
+
+
+@pytest.fixture
+def cluster(kube: client.ApiClient, prefix: str) -> Iterator[dict[str, Any]]:
+    """CRD, two profiles (FromPodLimits and Fixed), a non-wcow RuntimeClass, the operator's
+    and the pods' namespaces, the operator serving its webhook on loopback."""
+    custom = client.CustomObjectsApi(kube)
+    node = client.NodeV1Api(kube)
+    core = client.CoreV1Api(kube)
+    sized, fixed, other = f"{prefix}-sized", f"{prefix}-fixed", f"{prefix}-other"
+    port = free_port()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(installed_crd(kube))
+        operator_ns = stack.enter_context(namespace(kube, f"{prefix}-system"))
+        pods_ns = stack.enter_context(namespace(kube, f"{prefix}-pods"))
+        stack.callback(_delete_configurations, kube)
+        node.create_runtime_class({"metadata": {"name": other}, "handler": "runc"})
+        stack.callback(node.delete_runtime_class, other)
+        running = stack.enter_context(
+            running_operator(
+                operator_ns, "--webhook-port", str(port), "--webhook-url",
+                f"https://127.0.0.1:{port}",
+            )
+        )  # fmt: skip
+        stack.enter_context(profiles_cleaned_up(kube, [sized, fixed]))
+        vm = {"sizing": "FromPodLimits", "maxProcessorCount": 8, "maxMemoryMB": 8192}
+        for name, spec in ((sized, {"vm": vm}), (fixed, {})):
+            body = profile(name, isolation="HyperV", windowsBuild="ltsc2022", **spec)
+            custom.create_cluster_custom_object("runtime.wcow.dev", "v1alpha1",
+                                                "windowsruntimeprofiles", body)  # fmt: skip
+        for name in (sized, fixed):
+            wait_for(f"RuntimeClass {name}", lambda name=name: node.read_runtime_class(name))
+        registration = client.AdmissionregistrationV1Api(kube)
+
+        def registered() -> bool:
+            hooks = registration.read_mutating_webhook_configuration(WEBHOOK_CONFIGURATION)
+            expression = hooks.webhooks[0].match_conditions[0].expression
+            return f'"{sized}"' in expression and f'"{fixed}"' in expression
+
+        wait_for("the webhook registered for both classes", registered)
+        wait_for(
+            "the default ServiceAccount",
+            lambda: core.read_namespaced_service_account("default", pods_ns),
+        )
+        yield {
+            "core": core,
+            "ns": pods_ns,
+            "sized": sized,
+            "fixed": fixed,
+            "other": other,
+            "operator": running,
+        }
+
+
+def test_admission_on_the_real_api_server(cluster: dict[str, Any]) -> None:
+    core, ns = cluster["core"], cluster["ns"]
+    limits = {"limits": {"cpu": "3", "memory": "3Gi"}}
+    for dry_run in (True, False):
+        admitted = _create(core, ns, _pod("sized", cluster["sized"], **limits), dry_run=dry_run)
+        annotations = admitted["metadata"]["annotations"]
+        assert annotations[ANNOTATION_PROCESSOR_COUNT] == "3"
+        assert annotations[ANNOTATION_MEMORY_MB] == str(3072 + 512)
+        # the API server's RuntimeClass admission: the class's Baseline overhead and scheduling
+        assert admitted["spec"]["overhead"] == {"cpu": "100m", "memory": "512Mi"}
+        assert admitted["spec"]["nodeSelector"]["kubernetes.io/os"] == "windows"
+    stored = core.read_namespaced_pod("sized", ns).metadata.annotations
+    assert stored[ANNOTATION_PROCESSOR_COUNT] == "3"
+
+    fixed = _create(core, ns, _pod("fixed", cluster["fixed"], **limits), dry_run=True)
+    assert ANNOTATION_PROCESSOR_COUNT not in (fixed["metadata"].get("annotations") or {})
+
+    too_big = _refusal(core, ns, _pod("big", cluster["sized"], limits={"cpu": "12"}))
+    assert "VMTooLarge" in too_big
+    assert "maxProcessorCount 8" in too_big
+    host = _pod("host", cluster["sized"])
+    host["spec"]["securityContext"] = {"windowsOptions": {"hostProcess": True}}
+    host["spec"]["hostNetwork"] = True
+    assert "HostProcessWithHyperV" in _refusal(core, ns, host)
+
+    # The webhook down: pods of other classes and without one pass; wcow pods wait.
+    running = cluster["operator"]["process"]
+    running.terminate()
+    running.wait(timeout=30)
+    for name, runtime_class in (("plain", None), ("other", cluster["other"])):
+        assert _create(core, ns, _pod(name, runtime_class), dry_run=False)["metadata"]["uid"]
+    down = _refusal(core, ns, _pod("unsized", cluster["sized"], **limits))
+    assert "failed calling webhook" in down
