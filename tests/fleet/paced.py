@@ -8,7 +8,6 @@ benchmarks/rollout.py.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -16,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from tests.e2e.operator_harness import (
@@ -40,16 +38,6 @@ from wcow_operator.api.rollout import (
 from wcow_operator.render.runtimeclass import READY_VALUE, ready_label
 
 MEMORY = "VmMemorySizeInMb"
-
-# Until the agent side of the paced rollout (issue 9) is in the tree, the agents apply every
-# plan at once and these tests fail for that reason alone: expected to fail, strictly.
-AGENT_PACES = importlib.util.find_spec("wcow_agent.pacing") is not None
-needs_pacing_agent = pytest.mark.xfail(
-    not AGENT_PACES,
-    reason="the agent side of the paced rollout (wcow_agent.pacing) is not in the tree: "
-    "agents apply every plan at once",
-    strict=True,
-)
 
 # Host steps that belong to applying a config: the preflight (``containerd config dump`` of
 # the candidate file) opens an apply; the restart and the canaries that follow are part of it.

@@ -20,7 +20,7 @@ import yaml
 
 from tests.e2e.operator_harness import CRD_FILE
 from tests.fleet.harness import whole_loop
-from tests.fleet.paced import good_then_bad_change, needs_pacing_agent
+from tests.fleet.paced import good_then_bad_change
 
 pytest.importorskip("kmock", reason="kmock (the API emulator) is not installed")
 
@@ -45,7 +45,6 @@ def test_whole_loop_on_a_simulated_fleet_against_kmock(tmp_path: Path) -> None:
             api.close()
 
 
-@needs_pacing_agent
 def test_paced_rollout_good_then_bad_change_against_kmock(tmp_path: Path) -> None:
     """(a) and (b) of tests/fleet/test_fleet_rollout.py at N=5, two at a time."""
     crd = yaml.safe_load(CRD_FILE.read_text(encoding="utf-8"))
