@@ -120,6 +120,23 @@ def test_a_failure_halts_the_rollout_and_nobody_else_starts() -> None:
     assert again == rollout  # stays halted; nothing rewritten
 
 
+def test_a_failure_left_from_the_replaced_plan_does_not_halt_the_new_one() -> None:
+    """A node let in for the fixed plan announces the attempt before its handler states are
+    fresh: a Failed about an earlier profile generation is not a failure of this plan."""
+    fixed = build_plan({"hv": {"generation": 3}, "proc": {"v": 1}})
+    stale = NodeReport(
+        OLD["hash"], fixed["hash"], {"hv": ("Failed", "SandboxFailed", "old")}, {"hv": 2}
+    )
+    fresh = NodeReport(
+        OLD["hash"], fixed["hash"], {"hv": ("Failed", "SandboxFailed", "new")}, {"hv": 3}
+    )
+    _, progress = step(None, fleet(3, n00=stale), plan=fixed)
+    assert progress.halted is None
+    rollout, _ = step(None, fleet(3), plan=fixed)
+    _, progress = step(rollout, fleet(3, n00=fresh), plan=fixed)
+    assert progress.halted is not None
+
+
 def test_a_new_spec_starts_a_new_rollout() -> None:
     reports = fleet(4)
     rollout, _ = step(None, reports)

@@ -262,12 +262,6 @@ def test_bad_change_stops_after_max_unavailable_nodes(
         assert appliers(fleet.nodes, since) == tried, "the halted rollout went on"
 
 
-@pytest.mark.xfail(
-    reason="agent bug: a node let in for the fixed plan first announces attemptedPlanHash of "
-    "that plan with the handler states of its failed attempt at the bad plan (Failed, "
-    "SandboxFailed), and the operator halts the new rollout on that stale failure",
-    strict=True,
-)
 def test_fixing_the_spec_resumes_a_halted_rollout(
     kube: client.ApiClient, kubeconfig: Path, prefix: str, tmp_path: Path
 ) -> None:

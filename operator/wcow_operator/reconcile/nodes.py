@@ -72,6 +72,7 @@ def contribution(node: ObservedNode) -> Contribution:
         applied_plan_hash=status.applied_plan_hash,
         attempted_plan_hash=status.attempted_plan_hash,
         states={h: (e.state, e.reason, e.message) for h, e in status.handlers.items()},
+        generations={h: e.profile_generation for h, e in status.handlers.items()},
     )
     standings: dict[str, HandlerStanding] = {}
     for handler, entry in status.handlers.items():

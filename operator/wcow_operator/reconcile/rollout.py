@@ -33,6 +33,8 @@ class NodeReport:
     applied_plan_hash: str | None
     attempted_plan_hash: str | None
     states: Mapping[str, tuple[str, str, str]]  # handler -> (state, reason, message)
+    # handler -> the profile generation the state is about (None: the agent did not say)
+    generations: Mapping[str, int | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -68,21 +70,33 @@ def changed_handlers(previous: Mapping[str, Any] | None, plan: Mapping[str, Any]
     return frozenset(h for h in set(old) | set(new) if old.get(h) != new.get(h))
 
 
-def node_state(report: NodeReport, plan_hash: str, changed: frozenset[str]) -> NodeState:
+def _failed(report: NodeReport, handler: str, plan: Mapping[str, Any]) -> bool:
+    """Whether the node reports ``handler`` failed for this plan: a Failed or Conflict state
+    about an earlier generation (left from the attempt the plan replaces) does not count."""
+    state = report.states.get(handler, ("", "", ""))[0]
+    if state not in ("Failed", "Conflict"):
+        return False
+    wanted = ((plan.get("handlers") or {}).get(handler) or {}).get("generation")
+    said = report.generations.get(handler)
+    return wanted is None or said is None or said == wanted
+
+
+def node_state(report: NodeReport, plan: Mapping[str, Any], changed: frozenset[str]) -> NodeState:
+    plan_hash = plan["hash"]
     if report.applied_plan_hash == plan_hash:
         return "done"
     if report.attempted_plan_hash == plan_hash:
-        broken = any(
-            report.states.get(h, ("", "", ""))[0] in ("Failed", "Conflict") for h in changed
-        )
+        broken = any(_failed(report, h, plan) for h in changed)
         return "failed" if broken else "applying"
     return "waiting"
 
 
-def _failure(name: str, report: NodeReport, changed: frozenset[str]) -> NodeFailure:
+def _failure(
+    name: str, report: NodeReport, changed: frozenset[str], plan: Mapping[str, Any]
+) -> NodeFailure:
     for handler in sorted(changed):
-        state, reason, message = report.states.get(handler, ("", "", ""))
-        if state in ("Failed", "Conflict"):
+        _, reason, message = report.states.get(handler, ("", "", ""))
+        if _failed(report, handler, plan):
             return NodeFailure(node=name, reason=reason, message=f"{handler}: {message}"[:1024])
     return NodeFailure(node=name, reason="Failed", message="the plan failed on this node")
 
@@ -112,11 +126,11 @@ def decide(
 
     states: dict[str, NodeState] = {}
     for name, report in sorted(reports.items()):
-        state = node_state(report, plan_hash, changed)
+        state = node_state(report, plan, changed)
         if state == "failed" and name not in permitted:
             state = "waiting"  # failed before a resume, or on its own: tried again when let in
         states[name] = state
-    failures = [_failure(n, reports[n], changed) for n, s in states.items() if s == "failed"]
+    failures = [_failure(n, reports[n], changed, plan) for n, s in states.items() if s == "failed"]
     for name, granted in permitted.items():
         if states[name] in ("waiting", "applying") and now - _time(granted) > timeout:
             states[name] = "failed"
