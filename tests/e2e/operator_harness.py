@@ -245,3 +245,19 @@ def apiserver_requests(api_client: client.ApiClient) -> Counter[tuple[str, str]]
         key = (labels.get("verb", "").strip('"'), labels.get("resource", "").strip('"'))
         totals[key] += int(float(value))
     return totals
+
+
+def table_cells(api: client.ApiClient, name: str) -> dict[str, Any]:
+    """The row ``kubectl get wrp NAME`` prints: the server renders the printer columns."""
+    method, url, headers, _, _ = api.param_serialize(
+        "GET",
+        f"/apis/{GROUP}/{VERSION}/{PLURAL}/{name}",
+        query_params=[("includeObject", "None")],
+        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+        auth_settings=["BearerToken"],
+    )
+    response = api.call_api(method, url, header_params=headers)
+    response.read()
+    table = json.loads(response.data)
+    columns = [c["name"] for c in table["columnDefinitions"]]
+    return dict(zip(columns, table["rows"][0]["cells"], strict=True))

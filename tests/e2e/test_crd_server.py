@@ -8,7 +8,6 @@ same documents (server-side dry run, so nothing is stored).
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +15,14 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.operator_harness import GROUP, PLURAL, VERSION, installed_crd, profile
+from tests.e2e.operator_harness import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    installed_crd,
+    profile,
+    table_cells,
+)
 from tests.unit.test_crd import CROSS_FIELD_INVALID, _samples, _without_nulls, pydantic_accepts
 
 pytestmark = pytest.mark.e2e
@@ -113,18 +119,7 @@ def test_printer_columns_read_fields_that_exist(
             ],
         }
         custom.patch_cluster_custom_object_status(GROUP, VERSION, PLURAL, name, {"status": status})
-        method, url, headers, _, _ = kube.param_serialize(
-            "GET",
-            f"/apis/{GROUP}/{VERSION}/{PLURAL}/{name}",
-            query_params=[("includeObject", "None")],
-            header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
-            auth_settings=["BearerToken"],
-        )
-        response = kube.call_api(method, url, header_params=headers)
-        response.read()
-        table = json.loads(response.data)
-        columns = [c["name"] for c in table["columnDefinitions"]]
-        cells = dict(zip(columns, table["rows"][0]["cells"], strict=True))
+        cells = table_cells(kube, name)
         assert cells["Isolation"] == "HyperV"
         assert cells["Build"] == "ltsc2022"
         assert cells["Handler"] == "e2e-columns-h"

@@ -14,28 +14,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.e2e.operator_harness import GROUP, PLURAL, VERSION, installed_crd, namespace, wait_for
+from tests.e2e.operator_harness import installed_crd, namespace, table_cells, wait_for
 from tests.fleet.harness import raw, whole_loop
 
 pytestmark = pytest.mark.e2e
 
 NODES = 20
-
-
-def table_cells(api: client.ApiClient, name: str) -> dict[str, Any]:
-    """The row ``kubectl get wrp NAME`` prints: the server renders the printer columns."""
-    method, url, headers, _, _ = api.param_serialize(
-        "GET",
-        f"/apis/{GROUP}/{VERSION}/{PLURAL}/{name}",
-        query_params=[("includeObject", "None")],
-        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
-        auth_settings=["BearerToken"],
-    )
-    response = api.call_api(method, url, header_params=headers)
-    response.read()
-    table = json.loads(response.data)
-    columns = [c["name"] for c in table["columnDefinitions"]]
-    return dict(zip(columns, table["rows"][0]["cells"], strict=True))
 
 
 def test_whole_loop_on_a_simulated_fleet(
