@@ -41,6 +41,7 @@ NAMESPACE = "wcow-system"
 
 RULE_SETS = {
     "operatorCluster": rbac.OPERATOR_CLUSTER_RULES,
+    "operatorWebhook": rbac.OPERATOR_WEBHOOK_RULES,
     "operatorNamespace": rbac.OPERATOR_NAMESPACE_RULES,
     "agentCluster": rbac.AGENT_CLUSTER_RULES,
     "agentNamespace": rbac.AGENT_NAMESPACE_RULES,

@@ -82,6 +82,7 @@ def webhook_settings(settings: OperatorSettings) -> WebhookSettings:
         excluded_namespaces=("kube-system", settings.namespace),
         cert_dir=Path(settings.webhook_cert_dir) if settings.webhook_cert_dir else None,
         ca_injection_from=settings.webhook_ca_injection_from or None,
+        owner_clusterrole=settings.webhook_owner_clusterrole or None,
         hosts=hosts,
         listen="127.0.0.1" if settings.webhook_url else "0.0.0.0",  # noqa: S104 - via Service
     )
@@ -95,12 +96,14 @@ def start_admission_webhook(
     metrics: Metrics,
     api_client: Any,
     stop: threading.Event,
-) -> None:
+) -> WebhookKeeper:
     """kopf serves the pod admission handlers; a thread keeps the webhook configurations."""
     webhook = webhook_settings(settings)
     certificate = serving_certificate(webhook)
     index = ProfileIndex(cache.profile_bodies)
-    register_admission(registry, index.current, AdmissionMetrics(metrics.registry))
+    register_admission(
+        registry, index.current, AdmissionMetrics(metrics.registry), synced=cache.synced
+    )
     configure_server(registry, webhook, certificate)
     keeper = WebhookKeeper(
         WebhookConfigurations(api_client), webhook, certificate, lambda: index.current().keys()
@@ -112,6 +115,7 @@ def start_admission_webhook(
         keeper.run(stop)
 
     threading.Thread(target=keep, name="webhook-configurations", daemon=True).start()
+    return keeper
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -167,7 +171,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return (not stuck, "stuck" if stuck else "ok")
 
+    registry = kopf.OperatorRegistry()
+    # A registry of our own has no login handler: use the kubernetes client's credentials
+    # (in-cluster service account, or the kubeconfig), as the default registry would.
+    kopf.on.login(registry=registry)(kopf.login_via_client)
+    keeper = (
+        start_admission_webhook(
+            registry,
+            settings=settings,
+            cache=cache,
+            metrics=metrics,
+            api_client=api_client,
+            stop=stop,
+        )
+        if settings.webhook_port
+        else None
+    )
+
     def ready() -> tuple[bool, str]:
+        # Every replica serves the webhook: the Service may send it a pod only once it knows
+        # the profiles and the API server trusts its certificate.
+        if keeper is not None and not keeper.published.is_set():
+            return False, "webhook configurations not yet written with this replica's CA"
         if not leading.is_set():
             return True, "standby"
         ok = runner.last_pass_ok is not None
@@ -193,19 +218,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             name=f"watch-{watched.kind}",
             daemon=True,
         ).start()
-    registry = kopf.OperatorRegistry()
-    # A registry of our own has no login handler: use the kubernetes client's credentials
-    # (in-cluster service account, or the kubeconfig), as the default registry would.
-    kopf.on.login(registry=registry)(kopf.login_via_client)
-    if settings.webhook_port:
-        start_admission_webhook(
-            registry,
-            settings=settings,
-            cache=cache,
-            metrics=metrics,
-            api_client=api_client,
-            stop=stop,
-        )
     log.info("wcow-operator starting: namespace=%s", settings.namespace)
     try:
         kopf.run(registry=registry, standalone=True, clusterwide=True)

@@ -39,8 +39,13 @@ OPERATOR_CLUSTER_RULES: Final[list[Rule]] = [
         "resources": ["customresourcedefinitions"],
         "verbs": ["list", "watch"],
     },
-    # The pod admission webhook's own configurations: created when absent (create cannot be
-    # narrowed by name), then read and kept current (runtime classes, CA bundle) by name.
+]
+
+# Cluster-wide, only with the pod admission webhook, in a ClusterRole of its own: the
+# webhook's configurations, created when absent (create cannot be narrowed by name), then read
+# and kept current (runtime classes, CA bundle) by name. That ClusterRole owns them, so they go
+# when it goes (operator_webhook_rules adds the read of it, by its deploy-time name).
+OPERATOR_WEBHOOK_RULES: Final[list[Rule]] = [
     {
         "apiGroups": ["admissionregistration.k8s.io"],
         "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
@@ -53,6 +58,20 @@ OPERATOR_CLUSTER_RULES: Final[list[Rule]] = [
         "verbs": ["get", "update"],
     },
 ]
+
+
+def operator_webhook_rules(cluster_role: str) -> list[Rule]:
+    """The webhook ClusterRole's rules, given its own name (the owner of the configurations)."""
+    return [
+        *OPERATOR_WEBHOOK_RULES,
+        {
+            "apiGroups": ["rbac.authorization.k8s.io"],
+            "resources": ["clusterroles"],
+            "resourceNames": [cluster_role],
+            "verbs": ["get"],
+        },
+    ]
+
 
 # In the operator's namespace only: the plan ConfigMap and the leader Lease (by name, except
 # create, which RBAC cannot restrict by name; the plan's watch selects it with fieldSelector

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+DNS_SUBDOMAIN = re.compile(
+    r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+)
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -35,6 +40,7 @@ class OperatorSettings:
     webhook_url: str = ""
     webhook_cert_dir: str = ""
     webhook_ca_injection_from: str = ""
+    webhook_owner_clusterrole: str = ""
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool | None:
@@ -124,8 +130,16 @@ def parse_settings(
     )
     parser.add_argument(
         "--webhook-ca-injection-from",
-        help="<namespace>/<Certificate> for cert-manager's cainjector to fill the CA bundle "
+        help="the cert-manager Certificate (NAME in the operator's namespace, or NAMESPACE/NAME) "
+        "whose CA cert-manager's cainjector writes into the webhook configurations "
         "(env WCOW_WEBHOOK_CA_INJECTION_FROM)",
+    )
+    parser.add_argument(
+        "--webhook-owner-clusterrole",
+        help="make this ClusterRole (the one granting the webhook permissions) the owner of "
+        "the webhook configurations, so the garbage collector deletes them with it on "
+        "uninstall; while it is missing nothing is written "
+        "(env WCOW_WEBHOOK_OWNER_CLUSTERROLE)",
     )
     parser.add_argument(
         "--log-format", choices=("json", "text"), help="env WCOW_LOG_FORMAT, default json"
@@ -177,7 +191,7 @@ def parse_settings(
     gating = args.require_node_gating
     if gating is None:
         gating = _flag(env, "WCOW_REQUIRE_NODE_GATING")
-    webhook = _webhook_settings(args, env)
+    webhook = _webhook_settings(args, env, namespace)
     return OperatorSettings(
         **webhook,
         namespace=namespace,
@@ -206,13 +220,15 @@ def _max_unavailable(value: str) -> int | str:
     )
 
 
-def _webhook_settings(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
+def _webhook_settings(
+    args: argparse.Namespace, env: Mapping[str, str], namespace: str
+) -> dict[str, Any]:
     try:
         port = args.webhook_port or int(env.get("WCOW_WEBHOOK_PORT") or 0)
     except ValueError as error:
         raise SettingsError(f"invalid WCOW_WEBHOOK_PORT: {error}") from None
     found: dict[str, Any] = {"webhook_port": port}
-    for name in ("service", "url", "cert_dir", "ca_injection_from"):
+    for name in ("service", "url", "cert_dir", "ca_injection_from", "owner_clusterrole"):
         found[f"webhook_{name}"] = (
             getattr(args, f"webhook_{name}") or env.get(f"WCOW_WEBHOOK_{name.upper()}") or ""
         )
@@ -225,4 +241,22 @@ def _webhook_settings(args: argparse.Namespace, env: Mapping[str, str]) -> dict[
         )
     if found["webhook_url"] and not str(found["webhook_url"]).startswith("https://"):
         raise SettingsError(f"--webhook-url must be an https:// URL, not {found['webhook_url']!r}")
+    injection = str(found["webhook_ca_injection_from"])
+    if injection:
+        parts = injection.split("/")
+        if len(parts) > 2 or not all(DNS_LABEL.fullmatch(part) for part in parts):
+            raise SettingsError(
+                "--webhook-ca-injection-from must be a Certificate NAME or NAMESPACE/NAME, "
+                f"not {injection!r}"
+            )
+        if not found["webhook_cert_dir"]:
+            raise SettingsError(
+                "--webhook-ca-injection-from needs --webhook-cert-dir (the Certificate's "
+                "Secret, mounted): the webhook must serve the certificate whose CA is injected"
+            )
+        if len(parts) == 1:
+            found["webhook_ca_injection_from"] = f"{namespace}/{injection}"
+    owner = str(found["webhook_owner_clusterrole"])
+    if owner and not DNS_SUBDOMAIN.fullmatch(owner):
+        raise SettingsError(f"--webhook-owner-clusterrole is not a valid name: {owner!r}")
     return found

@@ -3,27 +3,38 @@
 from __future__ import annotations
 
 import base64
+import threading
+import time
 from typing import Any
 
+import pytest
+
 from wcow_operator import rbac
-from wcow_operator.handlers.admission import WebhookKeeper, WebhookSettings
+from wcow_operator.handlers.admission import OwnerMissingError, WebhookKeeper, WebhookSettings
 from wcow_operator.handlers.certificates import ServingCertificate, self_signed
-from wcow_operator.k8s.webhooks import PERMISSIONS
+from wcow_operator.k8s.webhooks import OWNER_NAME, PERMISSIONS
 from wcow_operator.render.webhooks import (
     MAX_CAS,
     Endpoint,
+    OwnerReference,
     match_condition,
     merged_ca_bundle,
     webhook_configuration,
 )
+from wcow_operator.settings import SettingsError, parse_settings
 
 
 def test_every_webhook_call_is_granted_and_only_by_name() -> None:
+    rules = rbac.operator_webhook_rules(OWNER_NAME)
     for permissions in PERMISSIONS.values():
         for group, resource, verb, _scope, name in permissions:
-            assert rbac.allows(rbac.OPERATOR_CLUSTER_RULES, group, resource, verb, name)
+            assert rbac.allows(rules, group, resource, verb, name)
             if name is not None:
-                assert not rbac.allows(rbac.OPERATOR_CLUSTER_RULES, group, resource, verb, "x")
+                assert not rbac.allows(rules, group, resource, verb, "x")
+    # Without the webhook the operator holds none of these.
+    for permissions in PERMISSIONS.values():
+        for group, resource, verb, _scope, name in permissions:
+            assert not rbac.allows(rbac.OPERATOR_CLUSTER_RULES, group, resource, verb, name)
 
 
 def test_only_pods_of_wcow_classes_outside_system_namespaces_reach_the_webhook() -> None:
@@ -109,3 +120,144 @@ def test_keeper_writes_on_change_only() -> None:
     bundle = api.objects["validating"]["webhooks"][0]["clientConfig"]["caBundle"]
     assert base64.b64decode(bundle).decode().count("BEGIN CERTIFICATE") == 2
     assert keeper.sync() == 0
+
+
+OWNER = OwnerReference("rbac.authorization.k8s.io/v1", "ClusterRole", "wcow-webhook", "uid-1")
+
+
+class OwnedApi(FakeApi):
+    def __init__(self, owner: OwnerReference | None) -> None:
+        super().__init__()
+        self.owner_ref = owner
+
+    def owner(self, cluster_role: str) -> OwnerReference | None:
+        assert cluster_role == "wcow-webhook"
+        return self.owner_ref
+
+
+def _owned_keeper(api: OwnedApi) -> WebhookKeeper:
+    settings = WebhookSettings(
+        port=9443,
+        endpoint=Endpoint(service_namespace="wcow-system", service_name="wcow-webhook"),
+        excluded_namespaces=("kube-system", "wcow-system"),
+        owner_clusterrole="wcow-webhook",
+    )
+    served = self_signed(["wcow-webhook.wcow-system.svc"])
+    return WebhookKeeper(api, settings, served, lambda: ["hv"])
+
+
+def test_configurations_belong_to_the_cluster_role_so_uninstall_removes_them() -> None:
+    api = OwnedApi(OWNER)
+    keeper = _owned_keeper(api)
+    assert keeper.sync() == 2
+    for kind in ("mutating", "validating"):
+        assert api.objects[kind]["metadata"]["ownerReferences"] == [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "name": "wcow-webhook", "uid": "uid-1"}
+        ]  # fmt: skip
+    assert keeper.published.is_set()
+    assert keeper.sync() == 0
+    # The ClusterRole recreated (a new uid): the configurations follow it.
+    api.owner_ref = OwnerReference(OWNER.api_version, OWNER.kind, OWNER.name, "uid-2")
+    assert keeper.sync() == 2
+
+
+def test_nothing_is_written_while_the_owning_cluster_role_is_missing() -> None:
+    """During an uninstall the ClusterRole goes first: a configuration written then would
+    outlive the operator and make every pod of a wcow class wait for a dead webhook."""
+    api = OwnedApi(None)
+    keeper = _owned_keeper(api)
+    with pytest.raises(OwnerMissingError, match="ClusterRole wcow-webhook"):
+        keeper.sync()
+    assert api.writes == 0
+    assert not keeper.published.is_set()
+
+
+def test_a_deleted_configuration_is_written_again_within_the_recheck() -> None:
+    api = OwnedApi(OWNER)
+    keeper = _owned_keeper(api)
+    stop = threading.Event()
+    thread = threading.Thread(target=keeper.run, args=(stop,), kwargs={"interval": 0.01,
+                              "recheck": 0.05})  # fmt: skip
+    thread.start()
+    try:
+        assert keeper.published.wait(5)
+        del api.objects["validating"]
+        deadline = time.monotonic() + 5
+        while "validating" not in api.objects and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "validating" in api.objects
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_with_cert_manager_the_keeper_leaves_the_ca_bundle_to_the_cainjector() -> None:
+    api = FakeApi()
+    served = self_signed(["wcow-webhook.wcow-system.svc"])
+    settings = WebhookSettings(
+        port=9443,
+        endpoint=Endpoint(service_namespace="wcow-system", service_name="wcow-webhook"),
+        excluded_namespaces=("wcow-system",),
+        ca_injection_from="wcow-system/wcow-webhook",
+    )
+    classes = ["hv"]
+    keeper = WebhookKeeper(api, settings, served, lambda: classes)
+    keeper.sync()
+    hook = api.objects["mutating"]["webhooks"][0]
+    assert "caBundle" not in hook["clientConfig"]
+    assert api.objects["mutating"]["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": "wcow-system/wcow-webhook"
+    }
+    injected = base64.b64encode(served.ca_pem.encode()).decode()
+    hook["clientConfig"]["caBundle"] = injected  # what the cainjector writes
+    classes.append("proc")
+    assert keeper.sync() == 2
+    assert api.objects["mutating"]["webhooks"][0]["clientConfig"]["caBundle"] == injected
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--webhook-ca-injection-from", "wcow-webhook"], "needs --webhook-cert-dir"),
+        (["--webhook-cert-dir", "/tls", "--webhook-ca-injection-from", "a/b/c"], "NAME or"),
+        (["--webhook-owner-clusterrole", "Not_A_Name"], "not a valid name"),
+    ],
+)
+def test_webhook_settings_refuse_what_cannot_work(args: list[str], message: str) -> None:
+    base = ["--namespace", "wcow-system", "--webhook-port", "9443", "--webhook-service", "svc"]
+    with pytest.raises(SettingsError, match=message):
+        parse_settings([*base, *args], {})
+
+
+def test_a_certificate_name_alone_is_looked_up_in_the_operators_namespace() -> None:
+    settings = parse_settings(
+        ["--webhook-port", "9443", "--webhook-service", "svc", "--webhook-cert-dir", "/tls",
+         "--webhook-ca-injection-from", "wcow-webhook"],
+        {"POD_NAMESPACE": "platform"},
+    )  # fmt: skip
+    assert settings.webhook_ca_injection_from == "platform/wcow-webhook"
+
+
+def test_before_the_profiles_are_read_the_webhook_refuses_rather_than_admit_unchecked() -> None:
+    import asyncio
+
+    import kopf
+    from prometheus_client import CollectorRegistry
+
+    from wcow_operator.handlers.admission import AdmissionMetrics, register
+
+    registry = kopf.OperatorRegistry()
+    synced = False
+    metrics = AdmissionMetrics(CollectorRegistry())
+    register(registry, dict, metrics, synced=lambda: synced)
+    handlers = {h.id: h.fn for h in registry._webhooks.get_all_handlers()}
+    pod = {"metadata": {"name": "p"}, "spec": {"runtimeClassName": "hv", "containers": []}}
+    for handler_id, fn in handlers.items():
+        with pytest.raises(kopf.AdmissionError, match="OperatorNotReady") as caught:
+            asyncio.run(fn(body=pod, patch=kopf.Patch()))
+        assert caught.value.code == 503, handler_id
+    assert metrics.refused.labels(reason="OperatorNotReady")._value.get() == 2
+    synced = True
+    for fn in handlers.values():
+        asyncio.run(fn(body=pod, patch=kopf.Patch()))  # no profile for "hv": admitted as is

@@ -11,9 +11,11 @@ from typing import Any
 import helm_python
 import jsonschema
 import kubernetes_validate
+import pytest
 import yaml
 from deploy.generate import CHART, NAMESPACE, RELEASE, render_chart, strip_helm_only
 
+from tests import cert_manager
 from tests.conftest import ROOT
 from wcow_operator.api.errors import parse_profile
 from wcow_operator.api.v1alpha1 import API_VERSION, KIND
@@ -152,12 +154,19 @@ def _crd_spec_schema() -> dict[str, Any]:
 def validate_object(obj: Obj, version: str) -> None:
     """Validate like the API server would: built-in kinds against the Kubernetes schemas of
     ``version``; our profiles against the CRD's schema and the operator's own model;
-    ServiceMonitors against their (partial) schema."""
+    ServiceMonitors against their (partial) schema; cert-manager's kinds against its CRDs."""
     if obj["apiVersion"] == API_VERSION and obj["kind"] == KIND:
         jsonschema.validate(obj, _crd_spec_schema())
         parse_profile(obj)  # what the operator accepts (raises ProfileInvalidError)
         return
     if obj["apiVersion"] == "monitoring.coreos.com/v1":
         jsonschema.validate(obj, _SERVICE_MONITOR_SCHEMA)
+        return
+    if obj["apiVersion"] == "cert-manager.io/v1":
+        try:
+            found = cert_manager.schema(obj["kind"])
+        except cert_manager.CertManagerUnavailableError as error:
+            pytest.skip(str(error))
+        jsonschema.validate(obj, found)
         return
     kubernetes_validate.validate(obj, version, strict=True)

@@ -137,6 +137,18 @@ MATRIX: dict[str, dict[str, Any]] = {
         "fullnameOverride": "wcow",
         "commonLabels": {"example.com/owner": "platform"},
     },
+    "no-webhook": {"webhook": {"enabled": False}},
+    "webhook-cert-manager": {"webhook": {"port": 10250, "certManager": {"enabled": True}}},
+    "webhook-cert-manager-own-issuer": {
+        "webhook": {
+            "certManager": {
+                "enabled": True,
+                "issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"},
+                "duration": "720h",
+                "renewBefore": "240h",
+            }
+        }
+    },
 }
 
 
@@ -166,13 +178,15 @@ def test_defaults_install_the_operator_the_agent_and_their_guard() -> None:
             "CustomResourceDefinition", "DaemonSet", "Deployment", "Role", "Role",
             "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount",
             "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+            # the pod admission webhook: its Service and the ClusterRole owning its configurations
+            "ClusterRole", "ClusterRoleBinding", "Service",
         ]
     )  # fmt: skip
 
 
 def test_one_resource_per_template() -> None:
     values = {"crds": {"enabled": False}, "profiles": {"create": True}}
-    values |= MATRIX["monitoring"]
+    values |= MATRIX["monitoring"] | MATRIX["webhook-cert-manager"] | {"operator": {"replicas": 2}}
     for template, objects in render_by_template(values).items():
         if template.endswith("/profiles.yaml"):
             assert {o["kind"] for o in objects} == {KIND}
@@ -282,14 +296,16 @@ def test_operator_os_selector_cannot_be_overridden() -> None:
 
 
 def test_operator_probes_and_ports_match_its_flags() -> None:
-    _, container = _operator({"operator": {"metricsPort": 9443, "healthPort": 8081}})
-    assert "--metrics-port=9443" in container["args"]
+    _, container = _operator({"operator": {"metricsPort": 9091, "healthPort": 8081}})
+    assert "--metrics-port=9091" in container["args"]
     assert "--health-port=8081" in container["args"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"metrics": 9443, "health": 8081}
+    assert ports == {"metrics": 9091, "health": 8081, "webhook": 9443}
+    with pytest.raises(helm_python.HelmRenderError, match=r"webhook\.port must differ"):
+        render({"operator": {"metricsPort": 9443}})
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
-    service = find(render({"operator": {"metricsPort": 9443}}), "Service", f"{OPERATOR}-metrics")
+    service = find(render({"operator": {"metricsPort": 9091}}), "Service", f"{OPERATOR}-metrics")
     assert service["spec"]["ports"][0]["targetPort"] == "metrics"
 
 
@@ -555,3 +571,99 @@ def test_agent_owned_keys_share_the_policy_prefix() -> None:
     for rule in prefix_rules:
         assert f"startsWith('{READY_LABEL_PREFIX}')" in rule
     assert AGENT_STATUS_ANNOTATION.startswith(READY_LABEL_PREFIX)
+
+
+# ---- the pod admission webhook ----
+
+WEBHOOK = f"{RELEASE}-operator-webhook"
+
+
+def test_webhook_is_served_through_its_service_and_owned_by_its_cluster_role() -> None:
+    """What the operator is told matches the objects the chart makes: the Service it names
+    exists and reaches its webhook port, the ClusterRole it names as owner exists, grants the
+    webhook calls and the read of itself, and is bound to the operator's ServiceAccount."""
+    from wcow_operator import rbac
+    from wcow_operator.settings import parse_settings
+
+    objects = render({"webhook": {"port": 10443}})
+    deployment, container = _operator({"webhook": {"port": 10443}})
+    settings = parse_settings(container["args"], {"POD_NAMESPACE": NAMESPACE})
+    assert settings.webhook_port == 10443
+    assert settings.webhook_service == WEBHOOK
+    assert settings.webhook_owner_clusterrole == WEBHOOK
+    assert settings.webhook_cert_dir == ""  # the operator's own CA: no Secret, no volume
+    assert {"name": "webhook", "containerPort": 10443, "protocol": "TCP"} in container["ports"]
+    service = find(objects, "Service", WEBHOOK)
+    assert service["spec"]["ports"] == [
+        {"name": "https-webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}
+    ]
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    role = find(objects, "ClusterRole", WEBHOOK)
+    assert role["rules"] == rbac.operator_webhook_rules(WEBHOOK)
+    binding = find(objects, "ClusterRoleBinding", WEBHOOK)
+    assert binding["roleRef"]["name"] == WEBHOOK
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": f"{RELEASE}-operator", "namespace": NAMESPACE}
+    ]
+
+
+def test_without_the_webhook_the_operator_has_no_webhook_port_service_or_permission() -> None:
+    values = MATRIX["no-webhook"]
+    objects = render(values)
+    _, container = _operator(values)
+    assert not [a for a in container["args"] if a.startswith("--webhook")]
+    assert "webhook" not in {p["name"] for p in container["ports"]}
+    names = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    assert ("Service", WEBHOOK) not in names
+    assert ("ClusterRole", WEBHOOK) not in names
+    assert not any("admissionregistration" in str(o.get("rules")) for o in objects)
+
+
+def test_cert_manager_issues_a_certificate_for_the_service_from_a_ca_of_the_release() -> None:
+    values = MATRIX["webhook-cert-manager"]
+    objects = render(values)
+    deployment, container = _operator(values)
+    settings = parse_settings_for(container)
+    certificate = find(objects, "Certificate", WEBHOOK)
+    # The API server checks the serving certificate against <service>.<namespace>.svc.
+    assert f"{WEBHOOK}.{NAMESPACE}.svc" in certificate["spec"]["dnsNames"]
+    assert settings.webhook_ca_injection_from == f"{NAMESPACE}/{WEBHOOK}"
+    secret = certificate["spec"]["secretName"]
+    volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if "secret" in v)
+    assert volume["secret"]["secretName"] == secret
+    mount = next(m for m in container["volumeMounts"] if m["name"] == volume["name"])
+    assert mount["readOnly"] is True
+    assert settings.webhook_cert_dir == mount["mountPath"]
+    # The chain: a self-signed Issuer signs a long-lived CA, whose Issuer signs the certificate.
+    ca_issuer = certificate["spec"]["issuerRef"]
+    assert ca_issuer["kind"] == "Issuer"
+    ca_secret = find(objects, "Issuer", ca_issuer["name"])["spec"]["ca"]["secretName"]
+    ca = next(
+        o for o in objects if o["kind"] == "Certificate" and o["spec"]["secretName"] == ca_secret
+    )
+    assert ca["spec"]["isCA"] is True
+    assert "selfSigned" in find(objects, "Issuer", ca["spec"]["issuerRef"]["name"])["spec"]
+
+
+def test_cert_manager_with_an_issuer_of_yours_makes_no_ca() -> None:
+    objects = render(MATRIX["webhook-cert-manager-own-issuer"])
+    cert_manager_objects = [o for o in objects if o["apiVersion"] == "cert-manager.io/v1"]
+    assert [o["kind"] for o in cert_manager_objects] == ["Certificate"]
+    assert cert_manager_objects[0]["spec"]["issuerRef"] == {
+        "name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"
+    }  # fmt: skip
+    assert cert_manager_objects[0]["spec"]["duration"] == "720h"
+
+
+def test_several_replicas_keep_the_webhook_through_node_drains() -> None:
+    assert not [o for o in render() if o["kind"] == "PodDisruptionBudget"]
+    deployment, _ = _operator({"operator": {"replicas": 3}})
+    budget = find(render({"operator": {"replicas": 3}}), "PodDisruptionBudget")
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+
+
+def parse_settings_for(container: Obj) -> Any:
+    from wcow_operator.settings import parse_settings
+
+    return parse_settings(container["args"], {"POD_NAMESPACE": NAMESPACE})

@@ -19,6 +19,9 @@ from wcow_operator.api.windows_builds import WINDOWS_BUILD_PATTERN
 
 RULES = {
     ("ClusterRole", f"{RELEASE}-operator"): rbac.OPERATOR_CLUSTER_RULES,
+    ("ClusterRole", f"{RELEASE}-operator-webhook"): rbac.operator_webhook_rules(
+        f"{RELEASE}-operator-webhook"
+    ),
     ("Role", f"{RELEASE}-operator"): rbac.OPERATOR_NAMESPACE_RULES,
     ("ClusterRole", f"{RELEASE}-agent"): rbac.AGENT_CLUSTER_RULES,
     ("Role", f"{RELEASE}-agent"): rbac.AGENT_NAMESPACE_RULES,
@@ -38,9 +41,10 @@ def test_chart_grants_nothing_beyond_the_generated_rules() -> None:
     }
     assert roles == set(RULES)
     for binding in (o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
-        component = binding["metadata"]["name"].rsplit("-", 1)[-1]
+        name = binding["metadata"]["name"]
+        component = name.removeprefix(f"{RELEASE}-").split("-")[0]  # operator-webhook: operator
         assert binding["roleRef"]["kind"] == binding["kind"].replace("Binding", "")
-        assert binding["roleRef"]["name"] == f"{RELEASE}-{component}"
+        assert binding["roleRef"]["name"] == name
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": f"{RELEASE}-{component}", "namespace": NAMESPACE}
         ]

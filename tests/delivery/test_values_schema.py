@@ -27,6 +27,7 @@ def chart() -> Any:
         ({"crds": {"keeep": False}}, "'keeep' not allowed"),
         ({"metrics": {"serviceMonitor": {"enable": True}}}, "'enable' not allowed"),
         ({"admissionPolicy": {"enabeld": False}}, "'enabeld' not allowed"),
+        ({"webhook": {"certmanager": {"enabled": True}}}, "'certmanager' not allowed"),
         ({"profiles": {"hyperv": {"vm": {"memoryMb": 2048}}}}, "'memoryMb' not allowed"),
     ],
     ids=lambda v: str(v) if isinstance(v, str) else "",
@@ -55,6 +56,11 @@ def test_misspelt_keys_are_rejected(chart: Any, values: dict[str, Any], where: s
         ({"profiles": {"hyperv": {"builds": ["ltsc2023"]}}}, "builds"),
         ({"profiles": {"hyperv": {"vm": {"memoryMB": 2047}}}}, "memoryMB"),
         ({"metrics": {"serviceMonitor": {"interval": "30 seconds"}}}, "interval"),
+        ({"webhook": {"port": 443}}, "port"),  # the operator runs as non-root
+        ({"webhook": {"certManager": {"issuerRef": {"namespace": "x"}}}}, "namespace"),
+        ({"webhook": {"certManager": {"issuerRef": {"name": "a\nkind: X"}}}}, "name"),
+        ({"webhook": {"certManager": {"issuerRef": {"name": "a", "kind": "Vault"}}}}, "kind"),
+        ({"webhook": {"certManager": {"duration": "90 days"}}}, "duration"),
     ],
     ids=lambda v: str(v) if isinstance(v, str) else "",
 )
@@ -71,5 +77,13 @@ def test_defaults_and_documented_choices_are_accepted(chart: Any) -> None:
             "agent": {"updateStrategy": {"maxUnavailable": "25%"}},
             "profiles": {"hyperv": {"builds": ["ltsc2019", "10.0.26100", "20H2"]}},
             "admissionPolicy": {"validationActions": ["Warn", "Audit"]},
+            "webhook": {
+                "certManager": {
+                    "enabled": True,
+                    "issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"},
+                    "duration": "720h",
+                    "renewBefore": "240h30m",
+                }
+            },
         }
     )

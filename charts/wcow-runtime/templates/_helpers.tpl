@@ -144,3 +144,24 @@ READY_LABEL_PREFIX; a test keeps them equal).
 {{- define "wcow-runtime.keyPrefix" -}}
 runtime.wcow.dev/
 {{- end }}
+
+{{/*
+The pod admission webhook: its Service, the ClusterRole that owns its configurations, and
+(cert-manager) its Certificate and Secret share one name.
+*/}}
+{{- define "wcow-runtime.webhook.fullname" -}}
+{{ include "wcow-runtime.operator.fullname" . }}-webhook
+{{- end }}
+
+{{- define "wcow-runtime.webhook.certManagerIssuerRef" -}}
+{{- with .Values.webhook.certManager.issuerRef }}{{ if .name }}
+name: {{ .name | quote }}
+kind: {{ .kind | quote }}
+group: {{ .group | quote }}
+{{- end }}{{ end }}
+{{- if not .Values.webhook.certManager.issuerRef.name }}
+name: {{ include "wcow-runtime.webhook.fullname" . }}-ca
+kind: Issuer
+group: cert-manager.io
+{{- end }}
+{{- end }}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from wcow_operator.render.webhooks import (
     MUTATE_ID,
     VALIDATE_ID,
     Endpoint,
+    OwnerReference,
     ca_bundle_of,
     merged_ca_bundle,
     webhook_configuration,
@@ -57,7 +59,7 @@ class AdmissionMetrics:
             ["reason"],
             registry=registry,
         )
-        for reason in REASONS:
+        for reason in (*REASONS, "OperatorNotReady"):
             self.refused.labels(reason=reason)
 
 
@@ -105,16 +107,33 @@ def _replace_with(admitted: dict[str, Any]) -> Callable[[kopf.RawBody], None]:
     return apply
 
 
+NOT_READY = "OperatorNotReady"
+
+
 def register(
     registry: kopf.OperatorRegistry,
     profiles: Callable[[], dict[str, WindowsRuntimeProfile]],
     metrics: AdmissionMetrics,
+    synced: Callable[[], bool] = lambda: True,
 ) -> None:
-    """The mutating and validating handlers (the decision is pure and fast: no thread)."""
+    """The mutating and validating handlers (the decision is pure and fast: no thread).
+
+    Before the operator has listed the profiles once it cannot tell a wcow pod from another,
+    so it refuses (the API server retries or the user does) rather than admit unchecked."""
+
+    def known_profiles() -> dict[str, WindowsRuntimeProfile]:
+        if not synced():
+            metrics.refused.labels(reason=NOT_READY).inc()
+            raise kopf.AdmissionError(
+                f"{NOT_READY}: the wcow-runtime operator has not read the profiles yet; "
+                "retry in a few seconds",
+                code=503,
+            )
+        return profiles()
 
     @kopf.on.mutate("", "v1", "pods", id=MUTATE_ID, operations=["CREATE"], registry=registry)
     async def mutate(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-        decision = admit(dict(body), profiles())
+        decision = admit(dict(body), known_profiles())
         if not isinstance(decision, Admitted):
             metrics.refused.labels(reason=decision.reason).inc()
             raise kopf.AdmissionError(f"{decision.reason}: {decision.message}", code=403)
@@ -128,7 +147,7 @@ def register(
     async def validate(body: kopf.Body, **_: Any) -> None:
         # The final pod, after every mutating webhook: refused if it would be refused now
         # (e.g. another webhook raised its limits past the bounds after ours sized it).
-        decision = admit(dict(body), profiles())
+        decision = admit(dict(body), known_profiles())
         if not isinstance(decision, Admitted):
             metrics.refused.labels(reason=decision.reason).inc()
             raise kopf.AdmissionError(f"{decision.reason}: {decision.message}", code=403)
@@ -141,6 +160,7 @@ class WebhookSettings:
     excluded_namespaces: tuple[str, ...]
     cert_dir: Path | None = None  # cert-manager's Secret, mounted (tls.crt, tls.key, ca.crt)
     ca_injection_from: str | None = None  # "<namespace>/<Certificate>" for cert-manager
+    owner_clusterrole: str | None = None  # the ClusterRole whose deletion removes them
     hosts: tuple[str, ...] = ("localhost",)
     listen: str = "0.0.0.0"  # noqa: S104 - the API server reaches it through the Service
 
@@ -162,12 +182,19 @@ class ConfigurationsApi(Protocol):
     def read(self, kind: str) -> dict[str, Any] | None: ...
     def create(self, kind: str, body: dict[str, Any]) -> dict[str, Any]: ...
     def replace(self, kind: str, body: dict[str, Any]) -> dict[str, Any]: ...
+    def owner(self, cluster_role: str) -> OwnerReference | None: ...
+
+
+class OwnerMissingError(Exception):
+    """The owning ClusterRole is gone (an uninstall under way): write nothing, or the
+    configurations would outlive the operator and block the wcow classes' pods."""
 
 
 class WebhookKeeper:
     """Keeps both webhook configurations as ``render.webhooks`` describes them: created
     when absent, rewritten when the profiles' classes or this replica's CA are missing from
-    them, untouched otherwise (no writes at rest)."""
+    them, untouched otherwise (no writes at rest; two reads a minute to notice a deleted or
+    edited configuration)."""
 
     def __init__(
         self,
@@ -180,6 +207,8 @@ class WebhookKeeper:
         self._settings = settings
         self._certificate = certificate
         self._classes = runtime_classes
+        self._owner: OwnerReference | None = None
+        self.published = threading.Event()  # both configurations current, with our CA
 
     def desired(self, kind: str, current: dict[str, Any] | None) -> dict[str, Any]:
         settings = self._settings
@@ -197,10 +226,19 @@ class WebhookKeeper:
             settings.excluded_namespaces,
             ca_bundle=bundle,
             annotations=annotations,
+            owner=self._owner,
         )
 
     def sync(self) -> int:
         """Make both configurations current; the number of writes made."""
+        if self._settings.owner_clusterrole:
+            self._owner = self._api.owner(self._settings.owner_clusterrole)
+            if self._owner is None:
+                self.published.clear()
+                raise OwnerMissingError(
+                    f"ClusterRole {self._settings.owner_clusterrole} (--webhook-owner-clusterrole) "
+                    "does not exist: not writing the webhook configurations it would own"
+                )
         writes = 0
         for kind in KINDS:
             for _attempt in range(5):
@@ -226,18 +264,24 @@ class WebhookKeeper:
                     raise
                 writes += 1
                 break
+            else:
+                raise ApiError(409, "Conflict", f"{kind} configuration: 5 conflicts in a row")
+        self.published.set()
         return writes
 
-    def run(self, stop: threading.Event, interval: float = 2.0) -> None:
+    def run(self, stop: threading.Event, interval: float = 2.0, recheck: float = 60.0) -> None:
+        """Sync when the classes change, and every ``recheck`` seconds in case someone
+        deleted or edited a configuration."""
         last: tuple[str, ...] | None = None
+        checked = 0.0
         while not stop.is_set():
             classes = tuple(sorted(self._classes()))
-            try:
-                if classes != last:
+            if classes != last or time.monotonic() - checked >= recheck:
+                try:
                     self.sync()
-                    last = classes
-            except ApiError as error:
-                log.warning("could not update the admission webhook configurations: %s", error)
+                    last, checked = classes, time.monotonic()
+                except (ApiError, OwnerMissingError) as error:
+                    log.warning("could not update the admission webhook configurations: %s", error)
             stop.wait(interval)
 
 
@@ -255,6 +299,9 @@ def _same(current: dict[str, Any], desired: dict[str, Any]) -> bool:
                 return False
     annotations = desired["metadata"].get("annotations") or {}
     have_annotations = current["metadata"].get("annotations") or {}
+    owners = desired["metadata"].get("ownerReferences") or []
+    if owners and (current["metadata"].get("ownerReferences") or []) != owners:
+        return False
     return all(have_annotations.get(k) == v for k, v in annotations.items())
 
 

@@ -2,7 +2,8 @@
 ValidatingWebhookConfiguration, both named ``WEBHOOK_CONFIGURATION``).
 
 Each method declares its permission in ``PERMISSIONS``; a test checks them against
-``wcow_operator.rbac`` (get and update by name; create, which RBAC cannot narrow by name).
+``wcow_operator.rbac`` (get and update by name; create, which RBAC cannot narrow by name; get of
+the owning ClusterRole, by the name given at deploy time).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from wcow_operator.controller.api import ApiError, Permission
-from wcow_operator.render.webhooks import WEBHOOK_CONFIGURATION
+from wcow_operator.render.webhooks import WEBHOOK_CONFIGURATION, OwnerReference
 
 FIELD_MANAGER: Final = "wcow-operator"
 GROUP: Final = "admissionregistration.k8s.io"
@@ -22,6 +23,8 @@ PLURALS: Final = {
     "mutating": "mutatingwebhookconfigurations",
     "validating": "validatingwebhookconfigurations",
 }
+OWNER_NAME: Final = "<--webhook-owner-clusterrole>"  # known at deploy time only
+RBAC_GROUP: Final = "rbac.authorization.k8s.io"
 PERMISSIONS: Final[dict[str, list[Permission]]] = {
     "read": [
         (GROUP, plural, "get", "cluster", WEBHOOK_CONFIGURATION) for plural in PLURALS.values()
@@ -30,6 +33,7 @@ PERMISSIONS: Final[dict[str, list[Permission]]] = {
     "replace": [
         (GROUP, plural, "update", "cluster", WEBHOOK_CONFIGURATION) for plural in PLURALS.values()
     ],
+    "owner": [(RBAC_GROUP, "clusterroles", "get", "cluster", OWNER_NAME)],
 }
 
 
@@ -62,9 +66,9 @@ class WebhookConfigurations:
         base = f"/apis/{GROUP}/v1/{PLURALS[kind]}"
         return f"{base}/{name}" if name else base
 
-    def read(self, kind: str) -> dict[str, Any] | None:
+    def _get(self, path: str) -> dict[str, Any] | None:
         try:
-            found: dict[str, Any] = self._call("GET", self._path(kind, WEBHOOK_CONFIGURATION))
+            found: dict[str, Any] = self._call("GET", path)
         except ApiError as error:
             if error.status == 404:
                 return None
@@ -72,6 +76,21 @@ class WebhookConfigurations:
         except ApiException as error:  # transport errors the client raised itself
             raise ApiError(error.status or 0, error.reason or "", str(error)) from None
         return found
+
+    def read(self, kind: str) -> dict[str, Any] | None:
+        return self._get(self._path(kind, WEBHOOK_CONFIGURATION))
+
+    def owner(self, cluster_role: str) -> OwnerReference | None:
+        """The owner reference to ``cluster_role``; None when it does not exist."""
+        found = self._get(f"/apis/{RBAC_GROUP}/v1/clusterroles/{cluster_role}")
+        if found is None:
+            return None
+        return OwnerReference(
+            api_version=f"{RBAC_GROUP}/v1",
+            kind="ClusterRole",
+            name=found["metadata"]["name"],
+            uid=found["metadata"]["uid"],
+        )
 
     def create(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
         created: dict[str, Any] = self._call("POST", self._path(kind), body)

@@ -28,6 +28,27 @@ MAX_CAS: Final = 8  # replicas' CAs kept in the bundle (each replica serves with
 
 
 @dataclass(frozen=True)
+class OwnerReference:
+    """The ClusterRole that grants the webhook permissions owns both configurations: when
+    ``helm uninstall`` (or ``kubectl delete -k``) removes it, the garbage collector removes
+    them, so no configuration outlives the operator that answers it."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+    def as_dict(self) -> dict[str, str]:
+        # No blockOwnerDeletion: setting it would need update on the owner's finalizers.
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "name": self.name,
+            "uid": self.uid,
+        }
+
+
+@dataclass(frozen=True)
 class Endpoint:
     """Where the API server reaches the webhook: a Service in the cluster, or a URL."""
 
@@ -114,6 +135,7 @@ def webhook_configuration(
     *,
     ca_bundle: str | None,
     annotations: dict[str, str] | None = None,
+    owner: OwnerReference | None = None,
 ) -> dict[str, Any]:
     metadata: dict[str, Any] = {
         "name": WEBHOOK_CONFIGURATION,
@@ -124,6 +146,8 @@ def webhook_configuration(
     }
     if annotations:
         metadata["annotations"] = dict(annotations)
+    if owner is not None:
+        metadata["ownerReferences"] = [owner.as_dict()]
     names = list(runtime_classes)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
