@@ -42,6 +42,10 @@ def make_profile() -> MakeProfile:
 # -- a real API server (tests/e2e, tests/fleet): see tests/e2e/conftest.py --------------
 
 
+# Set while the cluster under test is the local control plane this session started.
+OWN_CONTROL_PLANE = "WCOW_E2E_OWN_CONTROL_PLANE"
+
+
 def _unavailable(reason: str) -> None:
     if os.environ.get("WCOW_E2E_REQUIRED") == "1":
         pytest.fail(reason, pytrace=False)
@@ -64,10 +68,12 @@ def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         )
     with running(tmp_path_factory.mktemp("control-plane")) as plane:
         os.environ["KUBECONFIG"] = str(plane.kubeconfig)
+        os.environ[OWN_CONTROL_PLANE] = "1"
         try:
             yield plane.kubeconfig
         finally:
             del os.environ["KUBECONFIG"]
+            del os.environ[OWN_CONTROL_PLANE]
 
 
 @pytest.fixture(scope="session")

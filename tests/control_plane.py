@@ -264,6 +264,9 @@ class ControlPlane:
             # No kubelets: nothing would answer the endpoint reconciler's or the
             # aggregator's calls to Services.
             "--endpoint-reconciler-type=none",
+            # Calls to webhooks behind Services go to an endpoint's address, not the ClusterIP
+            # (no kube-proxy here): tests point a Service's EndpointSlice at this host.
+            "--enable-aggregator-routing=true",
             "--enable-priority-and-fairness=true",
             "--profiling=false",
             "--v=1",

@@ -1,0 +1,236 @@
+"""The pod admission webhook as the chart installs it, on the real API server (issue 11).
+
+The chart is installed with real Helm and its defaults (webhook on, the operator's own CA);
+the operator runs as a local process under its ServiceAccount token with the webhook flags the
+chart's Deployment passes, and the API server calls it through the chart's Service: the local
+control plane routes Service calls to an endpoint (``--enable-aggregator-routing``) and an
+EndpointSlice points the Service at this host, which is what the endpoint controller would do
+for the operator's pod. So the Service name, port, the serving certificate's names, the CA
+bundle, the RBAC and the owner reference are all the chart's and the operator's own. Then
+``helm uninstall`` and the garbage collector remove the webhook configurations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import ipaddress
+import os
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import helm_python
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tests.conftest import OWN_CONTROL_PLANE
+from tests.e2e.operator_harness import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    free_port,
+    namespace,
+    profile,
+    running_operator,
+    wait_for,
+)
+from tests.e2e.test_delivery import (  # noqa: F401 - install is a fixture
+    Install,
+    install,
+    service_account_token,
+    token_kubeconfig,
+)
+from wcow_operator.api.v1alpha1 import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
+from wcow_operator.render.webhooks import WEBHOOK_CONFIGURATION
+
+pytestmark = pytest.mark.e2e
+
+SIOCGIFADDR = 0x8915
+
+
+def _usable(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    return not (ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast)
+
+
+def host_address() -> str:
+    """An IPv4 address of this host that an EndpointSlice accepts (not loopback)."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("10.255.255.255", 1))  # no packet is sent: picks the outgoing address
+        address = str(probe.getsockname()[0])
+        if _usable(address):
+            return address
+    for _, name in socket.if_nameindex():
+        with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            packed = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name[:15].encode()))
+            address = socket.inet_ntoa(packed[20:24])
+            if _usable(address):
+                return address
+    pytest.fail("this host has no IPv4 address but loopback: the API server cannot be routed "
+                "to the webhook through a Service")  # fmt: skip
+
+
+def _flag(args: list[str], name: str) -> str:
+    return next(a.split("=", 1)[1] for a in args if a.startswith(f"{name}="))
+
+
+def _configurations(admin: client.ApiClient) -> list[Any]:
+    registration = client.AdmissionregistrationV1Api(admin)
+    found = []
+    for read in (
+        registration.read_mutating_webhook_configuration,
+        registration.read_validating_webhook_configuration,
+    ):
+        try:
+            found.append(read(WEBHOOK_CONFIGURATION))
+        except ApiException as error:
+            if error.status != 404:
+                raise
+    return found
+
+
+@contextlib.contextmanager
+def _endpoint_slice(admin: client.ApiClient, ns: str, service: str, port: int) -> Iterator[None]:
+    """The chart's Service, pointed at this host (as the endpoint controller would point it at
+    the operator's pod)."""
+    discovery = client.DiscoveryV1Api(admin)
+    name = f"{service}-e2e"
+    discovery.create_namespaced_endpoint_slice(
+        ns,
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    "kubernetes.io/service-name": service,
+                    "endpointslice.kubernetes.io/managed-by": "e2e.wcow.dev",
+                },
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [host_address()], "conditions": {"ready": True}}],
+            "ports": [{"name": "https-webhook", "port": port, "protocol": "TCP"}],
+        },
+    )
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ApiException):
+            discovery.delete_namespaced_endpoint_slice(name, ns)
+
+
+def test_the_charts_webhook_answers_through_its_service_and_leaves_with_the_release(
+    install: Install,  # noqa: F811 - the fixture imported above
+    kubeconfig: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if os.environ.get(OWN_CONTROL_PLANE) != "1":
+        pytest.skip(
+            "needs the local control plane: it routes calls to a webhook's Service to an "
+            "endpoint (--enable-aggregator-routing), and this test points one at this host"
+        )
+    admin = install.admin
+    deployment = next(o for o in install.objects if o["kind"] == "Deployment")
+    chart_args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    service = _flag(chart_args, "--webhook-service")
+    owner = _flag(chart_args, "--webhook-owner-clusterrole")
+    port = free_port()
+    webhook_args = [
+        *(a for a in chart_args if a.startswith("--webhook-") and "--webhook-port" not in a),
+        f"--webhook-port={port}",
+    ]
+    token = service_account_token(install, install.operator_sa)
+    monkeypatch.setenv(
+        "KUBECONFIG", str(token_kubeconfig(token, install.namespace, tmp_path / "op.kubeconfig"))
+    )
+    custom = client.CustomObjectsApi(admin)
+    core = client.CoreV1Api(admin)
+    name = f"{install.release}-sized"
+    vm = {"sizing": "FromPodLimits", "maxProcessorCount": 8, "maxMemoryMB": 8192}
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_endpoint_slice(admin, install.namespace, service, port))
+        pods = stack.enter_context(namespace(admin, f"{install.release}-pods"))
+        operator = stack.enter_context(running_operator(install.namespace, *webhook_args))
+        # Ready means: the configurations carry this replica's CA (readiness gates the Service).
+        try:
+            custom.create_cluster_custom_object(
+                GROUP, VERSION, PLURAL,
+                profile(name, isolation="HyperV", windowsBuild="ltsc2022", vm=vm),
+            )  # fmt: skip
+            wait_for(
+                "the webhook registered for the profile's class",
+                lambda: (
+                    all(
+                        f'"{name}"' in c.webhooks[0].match_conditions[0].expression
+                        for c in _configurations(admin)
+                    )
+                    and len(_configurations(admin)) == 2
+                ),
+            )
+            role_uid = client.RbacAuthorizationV1Api(admin).read_cluster_role(owner).metadata.uid
+            for configuration in _configurations(admin):
+                reference = configuration.metadata.owner_references[0]
+                assert (reference.kind, reference.name, reference.uid) == (
+                    "ClusterRole", owner, role_uid
+                )  # fmt: skip
+                service_ref = configuration.webhooks[0].client_config.service
+                assert (service_ref.name, service_ref.namespace, service_ref.port) == (
+                    service, install.namespace, 443
+                )  # fmt: skip
+            wait_for("the default ServiceAccount", lambda: core.read_namespaced_service_account(
+                "default", pods))  # fmt: skip
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "sized"},
+                "spec": {
+                    "runtimeClassName": name,
+                    "automountServiceAccountToken": False,
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": "mcr.microsoft.com/windows/nanoserver",
+                            "resources": {"limits": {"cpu": "3", "memory": "3Gi"}},
+                        }
+                    ],
+                },
+            }
+            admitted = core.create_namespaced_pod(pods, pod, dry_run="All")
+            annotations = admitted.metadata.annotations or {}
+            # Through the Service, TLS to <service>.<namespace>.svc with the published CA.
+            assert annotations.get(ANNOTATION_PROCESSOR_COUNT) == "3"
+            assert annotations.get(ANNOTATION_MEMORY_MB) == str(3072 + 512)
+        except AssertionError as error:
+            log = Path(operator["log"]).read_text(encoding="utf-8")[-4000:]
+            raise AssertionError(f"{error}\n--- operator log (tail) ---\n{log}") from None
+        finally:
+            with contextlib.suppress(ApiException):
+                custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+            wait_for(
+                f"profile {name} to go",
+                lambda: (
+                    not any(
+                        p["metadata"]["name"] == name
+                        for p in custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
+                    )
+                ),
+            )
+        assert "Forbidden" not in Path(operator["log"]).read_text(encoding="utf-8")
+
+        # Uninstall with the operator still running, as a real uninstall races it: the garbage
+        # collector removes both configurations, and the operator writes none back.
+        helm = helm_python.Config(kubeconfig_path=kubeconfig, namespace=install.namespace)
+        try:
+            helm.uninstall(install.release, timeout=120)
+        finally:
+            helm.close()
+        wait_for("the garbage collector to remove both configurations",
+                 lambda: not _configurations(admin), timeout=60)  # fmt: skip
+        time.sleep(5)  # more than two of the keeper's rounds
+        assert not _configurations(admin), "the operator wrote a configuration back"
