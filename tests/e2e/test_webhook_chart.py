@@ -36,6 +36,7 @@ from tests.e2e.operator_harness import (
     free_port,
     namespace,
     profile,
+    profiles_cleaned_up,
     running_operator,
     wait_for,
 )
@@ -158,69 +159,60 @@ def test_the_charts_webhook_answers_through_its_service_and_leaves_with_the_rele
         pods = stack.enter_context(namespace(admin, f"{install.release}-pods"))
         operator = stack.enter_context(running_operator(install.namespace, *webhook_args))
         # Ready means: the configurations carry this replica's CA (readiness gates the Service).
-        try:
-            custom.create_cluster_custom_object(
-                GROUP, VERSION, PLURAL,
-                profile(name, isolation="HyperV", windowsBuild="ltsc2022", vm=vm),
-            )  # fmt: skip
-            wait_for(
-                "the webhook registered for the profile's class",
-                lambda: (
-                    all(
-                        f'"{name}"' in c.webhooks[0].match_conditions[0].expression
-                        for c in _configurations(admin)
-                    )
-                    and len(_configurations(admin)) == 2
-                ),
-            )
-            role_uid = client.RbacAuthorizationV1Api(admin).read_cluster_role(owner).metadata.uid
-            for configuration in _configurations(admin):
-                reference = configuration.metadata.owner_references[0]
-                assert (reference.kind, reference.name, reference.uid) == (
-                    "ClusterRole", owner, role_uid
+        with profiles_cleaned_up(admin, [name]):
+            try:
+                custom.create_cluster_custom_object(
+                    GROUP, VERSION, PLURAL,
+                    profile(name, isolation="HyperV", windowsBuild="ltsc2022", vm=vm),
                 )  # fmt: skip
-                service_ref = configuration.webhooks[0].client_config.service
-                assert (service_ref.name, service_ref.namespace, service_ref.port) == (
-                    service, install.namespace, 443
-                )  # fmt: skip
-            wait_for("the default ServiceAccount", lambda: core.read_namespaced_service_account(
-                "default", pods))  # fmt: skip
-            pod = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "sized"},
-                "spec": {
-                    "runtimeClassName": name,
-                    "automountServiceAccountToken": False,
-                    "containers": [
-                        {
-                            "name": "app",
-                            "image": "mcr.microsoft.com/windows/nanoserver",
-                            "resources": {"limits": {"cpu": "3", "memory": "3Gi"}},
-                        }
-                    ],
-                },
-            }
-            admitted = core.create_namespaced_pod(pods, pod, dry_run="All")
-            annotations = admitted.metadata.annotations or {}
-            # Through the Service, TLS to <service>.<namespace>.svc with the published CA.
-            assert annotations.get(ANNOTATION_PROCESSOR_COUNT) == "3"
-            assert annotations.get(ANNOTATION_MEMORY_MB) == str(3072 + 512)
-        except AssertionError as error:
-            log = Path(operator["log"]).read_text(encoding="utf-8")[-4000:]
-            raise AssertionError(f"{error}\n--- operator log (tail) ---\n{log}") from None
-        finally:
-            with contextlib.suppress(ApiException):
-                custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
-            wait_for(
-                f"profile {name} to go",
-                lambda: (
-                    not any(
-                        p["metadata"]["name"] == name
-                        for p in custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
-                    )
-                ),
-            )
+                wait_for(
+                    "the webhook registered for the profile's class",
+                    lambda: (
+                        all(
+                            f'"{name}"' in c.webhooks[0].match_conditions[0].expression
+                            for c in _configurations(admin)
+                        )
+                        and len(_configurations(admin)) == 2
+                    ),
+                )
+                role_uid = (
+                    client.RbacAuthorizationV1Api(admin).read_cluster_role(owner).metadata.uid
+                )
+                for configuration in _configurations(admin):
+                    reference = configuration.metadata.owner_references[0]
+                    assert (reference.kind, reference.name, reference.uid) == (
+                        "ClusterRole", owner, role_uid
+                    )  # fmt: skip
+                    service_ref = configuration.webhooks[0].client_config.service
+                    assert (service_ref.name, service_ref.namespace, service_ref.port) == (
+                        service, install.namespace, 443
+                    )  # fmt: skip
+                wait_for("the default ServiceAccount", lambda: core.read_namespaced_service_account(
+                    "default", pods))  # fmt: skip
+                pod = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "sized"},
+                    "spec": {
+                        "runtimeClassName": name,
+                        "automountServiceAccountToken": False,
+                        "containers": [
+                            {
+                                "name": "app",
+                                "image": "mcr.microsoft.com/windows/nanoserver",
+                                "resources": {"limits": {"cpu": "3", "memory": "3Gi"}},
+                            }
+                        ],
+                    },
+                }
+                admitted = core.create_namespaced_pod(pods, pod, dry_run="All")
+                annotations = admitted.metadata.annotations or {}
+                # Through the Service, TLS to <service>.<namespace>.svc with the published CA.
+                assert annotations.get(ANNOTATION_PROCESSOR_COUNT) == "3"
+                assert annotations.get(ANNOTATION_MEMORY_MB) == str(3072 + 512)
+            except AssertionError as error:
+                log = Path(operator["log"]).read_text(encoding="utf-8")[-4000:]
+                raise AssertionError(f"{error}\n--- operator log (tail) ---\n{log}") from None
         assert "Forbidden" not in Path(operator["log"]).read_text(encoding="utf-8")
 
         # Uninstall with the operator still running, as a real uninstall races it: the garbage
