@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from wcow_operator.handlers.admission import (
     serving_certificate,
 )
 from wcow_operator.handlers.admission import register as register_admission
+from wcow_operator.handlers.certificates import keep_renewed
 from wcow_operator.health import serve_health
 from wcow_operator.k8s.api import KubernetesApi, load_client_config
 from wcow_operator.k8s.leader import run_with_leader_election
@@ -68,6 +69,10 @@ def configure_logging(settings: OperatorSettings) -> None:
     logging.getLogger("kopf").setLevel(max(logging.INFO, logging.getLevelName(settings.log_level)))
 
 
+def in_background(name: str, target: Callable[..., object], *args: object) -> None:
+    threading.Thread(target=target, args=args, name=name, daemon=True).start()
+
+
 def webhook_settings(settings: OperatorSettings) -> WebhookSettings:
     if settings.webhook_url:
         endpoint = Endpoint(url=settings.webhook_url)
@@ -99,7 +104,11 @@ def start_admission_webhook(
 ) -> WebhookKeeper:
     """kopf serves the pod admission handlers; a thread keeps the webhook configurations."""
     webhook = webhook_settings(settings)
-    certificate = serving_certificate(webhook)
+    certificate, authority = serving_certificate(webhook)
+    if authority is not None:
+        in_background(
+            "webhook-certificate", keep_renewed, authority, webhook.hosts, certificate, stop
+        )
     index = ProfileIndex(cache.profile_bodies)
     register_admission(
         registry, index.current, AdmissionMetrics(metrics.registry), synced=cache.synced
@@ -114,7 +123,7 @@ def start_admission_webhook(
             pass  # never publish "no classes" before the profiles are known
         keeper.run(stop)
 
-    threading.Thread(target=keep, name="webhook-configurations", daemon=True).start()
+    in_background("webhook-configurations", keep)
     return keeper
 
 
@@ -200,14 +209,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     serve_health(settings.health_port, live, ready)
     if settings.leader_election:
-        threading.Thread(
-            target=run_with_leader_election,
-            args=(OPERATOR_LEASE, settings.namespace, identity, lead),
-            name="leader-election",
-            daemon=True,
-        ).start()
+        in_background(
+            "leader-election", run_with_leader_election, OPERATOR_LEASE, settings.namespace,
+            identity, lead,
+        )  # fmt: skip
     else:
-        threading.Thread(target=lead, name="reconciler", daemon=True).start()
+        in_background("reconciler", lead)
 
     # Every replica keeps its cache warm, so a new leader plans from memory at once.
     for watched in watched_collections(settings.namespace):

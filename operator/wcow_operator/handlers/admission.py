@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -25,7 +26,7 @@ from prometheus_client import CollectorRegistry, Counter
 from wcow_operator.api.errors import ProfileInvalidError, parse_profile
 from wcow_operator.api.v1alpha1 import WindowsRuntimeProfile
 from wcow_operator.controller.api import ApiError
-from wcow_operator.handlers.certificates import ServingCertificate, self_signed
+from wcow_operator.handlers.certificates import Authority, ServingCertificate
 from wcow_operator.reconcile.admission import REASONS, Admitted, admit
 from wcow_operator.render.webhooks import (
     KINDS,
@@ -165,15 +166,20 @@ class WebhookSettings:
     listen: str = "0.0.0.0"  # noqa: S104 - the API server reaches it through the Service
 
 
-def serving_certificate(settings: WebhookSettings) -> ServingCertificate:
+def serving_certificate(settings: WebhookSettings) -> tuple[ServingCertificate, Authority | None]:
+    """cert-manager's files when mounted (renewed by cert-manager); else a certificate from
+    a CA of this replica's own, and that CA to renew it with."""
     if settings.cert_dir is not None:
         ca = settings.cert_dir / "ca.crt"
-        return ServingCertificate(
+        mounted = ServingCertificate(
             ca_pem=ca.read_text(encoding="ascii") if ca.exists() else "",
             certfile=settings.cert_dir / "tls.crt",
             keyfile=settings.cert_dir / "tls.key",
         )
-    return self_signed(settings.hosts)
+        return mounted, None
+    authority = Authority()
+    folder = Path(tempfile.mkdtemp(prefix="wcow-webhook-"))
+    return authority.issue(settings.hosts, folder), authority
 
 
 class ConfigurationsApi(Protocol):
