@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import signal
@@ -49,11 +50,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def installed_crd(api_client: client.ApiClient) -> Iterator[None]:
-    """The CRD from crds/, created (and removed afterwards, waiting until it is gone) or
-    updated in place. A CRD still terminating from an earlier run is waited out first."""
+def installed_crd(
+    api_client: client.ApiClient, crd: dict[str, Any] | None = None
+) -> Iterator[None]:
+    """The CRD from crds/ (or ``crd``), created (and removed afterwards, waiting until it is
+    gone) or updated in place. A CRD still terminating from an earlier run is waited out first."""
     extensions = client.ApiextensionsV1Api(api_client)
-    body = yaml.safe_load(CRD_FILE.read_text(encoding="utf-8"))
+    body = copy.deepcopy(crd) if crd else yaml.safe_load(CRD_FILE.read_text(encoding="utf-8"))
     name = body["metadata"]["name"]
 
     def current() -> Any:

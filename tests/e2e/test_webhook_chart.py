@@ -12,6 +12,7 @@ bundle, the RBAC and the owner reference are all the chart's and the operator's 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import ipaddress
@@ -25,15 +26,19 @@ from typing import Any
 
 import helm_python
 import pytest
+import yaml
+from deploy.generate import CHART
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests import cert_manager
 from tests.conftest import OWN_CONTROL_PLANE
 from tests.e2e.operator_harness import (
     GROUP,
     PLURAL,
     VERSION,
     free_port,
+    installed_crd,
     namespace,
     profile,
     profiles_cleaned_up,
@@ -47,6 +52,7 @@ from tests.e2e.test_delivery import (  # noqa: F401 - install is a fixture
     token_kubeconfig,
 )
 from wcow_operator.api.v1alpha1 import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
+from wcow_operator.handlers.certificates import Authority
 from wcow_operator.render.webhooks import WEBHOOK_CONFIGURATION
 
 pytestmark = pytest.mark.e2e
@@ -93,6 +99,24 @@ def _configurations(admin: client.ApiClient) -> list[Any]:
             if error.status != 404:
                 raise
     return found
+
+
+SIZED_VM = {"sizing": "FromPodLimits", "maxProcessorCount": 8, "maxMemoryMB": 8192}
+
+
+def _create_sized_profile(admin: client.ApiClient, name: str) -> None:
+    """A FromPodLimits Hyper-V profile; returns once both configurations send its pods."""
+    client.CustomObjectsApi(admin).create_cluster_custom_object(
+        GROUP, VERSION, PLURAL,
+        profile(name, isolation="HyperV", windowsBuild="ltsc2022", vm=SIZED_VM),
+    )  # fmt: skip
+    wait_for(
+        f"the webhook registered for class {name}",
+        lambda: (
+            len(found := _configurations(admin)) == 2
+            and all(f'"{name}"' in c.webhooks[0].match_conditions[0].expression for c in found)
+        ),
+    )
 
 
 @contextlib.contextmanager
@@ -150,10 +174,8 @@ def test_the_charts_webhook_answers_through_its_service_and_leaves_with_the_rele
     monkeypatch.setenv(
         "KUBECONFIG", str(token_kubeconfig(token, install.namespace, tmp_path / "op.kubeconfig"))
     )
-    custom = client.CustomObjectsApi(admin)
     core = client.CoreV1Api(admin)
     name = f"{install.release}-sized"
-    vm = {"sizing": "FromPodLimits", "maxProcessorCount": 8, "maxMemoryMB": 8192}
     with contextlib.ExitStack() as stack:
         stack.enter_context(_endpoint_slice(admin, install.namespace, service, port))
         pods = stack.enter_context(namespace(admin, f"{install.release}-pods"))
@@ -161,20 +183,7 @@ def test_the_charts_webhook_answers_through_its_service_and_leaves_with_the_rele
         # Ready means: the configurations carry this replica's CA (readiness gates the Service).
         with profiles_cleaned_up(admin, [name]):
             try:
-                custom.create_cluster_custom_object(
-                    GROUP, VERSION, PLURAL,
-                    profile(name, isolation="HyperV", windowsBuild="ltsc2022", vm=vm),
-                )  # fmt: skip
-                wait_for(
-                    "the webhook registered for the profile's class",
-                    lambda: (
-                        all(
-                            f'"{name}"' in c.webhooks[0].match_conditions[0].expression
-                            for c in _configurations(admin)
-                        )
-                        and len(_configurations(admin)) == 2
-                    ),
-                )
+                _create_sized_profile(admin, name)
                 role_uid = (
                     client.RbacAuthorizationV1Api(admin).read_cluster_role(owner).metadata.uid
                 )
@@ -189,23 +198,7 @@ def test_the_charts_webhook_answers_through_its_service_and_leaves_with_the_rele
                     )  # fmt: skip
                 wait_for("the default ServiceAccount", lambda: core.read_namespaced_service_account(
                     "default", pods))  # fmt: skip
-                pod = {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": "sized"},
-                    "spec": {
-                        "runtimeClassName": name,
-                        "automountServiceAccountToken": False,
-                        "containers": [
-                            {
-                                "name": "app",
-                                "image": "mcr.microsoft.com/windows/nanoserver",
-                                "resources": {"limits": {"cpu": "3", "memory": "3Gi"}},
-                            }
-                        ],
-                    },
-                }
-                admitted = core.create_namespaced_pod(pods, pod, dry_run="All")
+                admitted = core.create_namespaced_pod(pods, _sized_pod(name), dry_run="All")
                 annotations = admitted.metadata.annotations or {}
                 # Through the Service, TLS to <service>.<namespace>.svc with the published CA.
                 assert annotations.get(ANNOTATION_PROCESSOR_COUNT) == "3"
@@ -226,3 +219,146 @@ def test_the_charts_webhook_answers_through_its_service_and_leaves_with_the_rele
                  lambda: not _configurations(admin), timeout=60)  # fmt: skip
         time.sleep(5)  # more than two of the keeper's rounds
         assert not _configurations(admin), "the operator wrote a configuration back"
+
+
+def _sized_pod(runtime_class: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "sized"},
+        "spec": {
+            "runtimeClassName": runtime_class,
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "mcr.microsoft.com/windows/nanoserver",
+                    "resources": {"limits": {"cpu": "3", "memory": "3Gi"}},
+                }
+            ],
+        },
+    }
+
+
+def _cert_manager_secret(certificate: dict[str, Any], folder: Path) -> str:
+    """What cert-manager and the kubelet would leave in the mounted Secret for the chart's
+    Certificate: a serving certificate for its dnsNames from a CA, and that CA as ca.crt.
+    Returns the CA (PEM)."""
+    authority = Authority()
+    authority.issue(certificate["spec"]["dnsNames"], folder)
+    (folder / "ca.crt").write_text(authority.ca_pem, encoding="ascii")
+    return authority.ca_pem
+
+
+@pytest.fixture
+def cert_manager_crds(kube: client.ApiClient) -> Iterator[None]:
+    """cert-manager's own CRDs (tools/cert-manager/go.mod), so the real API server validates
+    the chart's Issuers and Certificates."""
+    try:
+        crds = cert_manager.crds()
+    except cert_manager.CertManagerUnavailableError as error:
+        pytest.fail(str(error))
+    with contextlib.ExitStack() as stack:
+        for crd in crds:
+            stack.enter_context(installed_crd(kube, crd))
+        yield
+
+
+def test_with_cert_manager_the_webhook_serves_the_mounted_certificate_and_keeps_the_injected_ca(
+    kube: client.ApiClient,
+    kubeconfig: Path,
+    cert_manager_crds: None,
+    prefix: str,
+    tmp_path: Path,
+) -> None:
+    """The chart with webhook.certManager.enabled: the server accepts its Issuers and
+    Certificates under cert-manager's CRDs. cert-manager's controller and cainjector do not
+    run here: the test writes what they would (the Secret's files, as the kubelet mounts
+    them, and the caBundle the cainjector patches in) and checks the operator's side of that
+    contract: it serves the mounted certificate, asks for the injection, and keeps the injected
+    CA when it rewrites the configurations."""
+    if os.environ.get(OWN_CONTROL_PLANE) != "1":
+        pytest.skip("needs the local control plane (see the test above)")
+    release = f"{prefix}-cm"
+    core = client.CoreV1Api(kube)
+    custom = client.CustomObjectsApi(kube)
+    registration = client.AdmissionregistrationV1Api(kube)
+    values = {"crds": {"enabled": False}, "webhook": {"certManager": {"enabled": True}}}
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(installed_crd(kube))
+        ns = stack.enter_context(namespace(kube, release))
+        pods = stack.enter_context(namespace(kube, f"{release}-pods"))
+        helm = helm_python.Config(kubeconfig_path=kubeconfig, namespace=ns)
+        stack.callback(helm.close)
+        installed = helm.install(CHART, release, values, namespace=ns, timeout=120)
+        stack.callback(helm.uninstall, release, ignore_not_found=True, timeout=120)
+        objects = [doc for doc in yaml.safe_load_all(installed["manifest"]) if doc]
+        issued = [o for o in objects if o["apiVersion"] == "cert-manager.io/v1"]
+        assert sorted(o["kind"] for o in issued) == ["Certificate", "Certificate", "Issuer",
+                                                     "Issuer"]  # fmt: skip
+        for obj in issued:  # stored as the chart wrote them: the CRDs' schemas accepted them
+            plural = {"Certificate": "certificates", "Issuer": "issuers"}[obj["kind"]]
+            custom.get_namespaced_custom_object(
+                "cert-manager.io", "v1", ns, plural, obj["metadata"]["name"]
+            )
+        deployment = next(o for o in objects if o["kind"] == "Deployment")
+        chart_args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        service = _flag(chart_args, "--webhook-service")
+        serving = next(o for o in issued if o["metadata"]["name"] == service)
+        mounted = tmp_path / "webhook-tls"
+        mounted.mkdir()
+        ca_pem = _cert_manager_secret(serving, mounted)
+        port = free_port()
+        webhook_args = [
+            *(a for a in chart_args if a.startswith("--webhook-") and "-port=" not in a
+              and "-cert-dir=" not in a),
+            f"--webhook-port={port}",
+            f"--webhook-cert-dir={mounted}",
+        ]  # fmt: skip
+        stack.enter_context(_endpoint_slice(kube, ns, service, port))
+        operator = stack.enter_context(running_operator(ns, *webhook_args))
+        sized, second = f"{release}-sized", f"{release}-second"
+        stack.enter_context(profiles_cleaned_up(kube, [sized, second]))
+        try:
+            _create_sized_profile(kube, sized)
+            for configuration in _configurations(kube):
+                assert configuration.metadata.annotations == {
+                    "cert-manager.io/inject-ca-from": f"{ns}/{serving['metadata']['name']}"
+                }
+                assert not configuration.webhooks[0].client_config.ca_bundle
+            wait_for("the default ServiceAccount",
+                     lambda: core.read_namespaced_service_account("default", pods))  # fmt: skip
+            # Before the cainjector: the API server cannot trust the webhook, and for a pod of
+            # a wcow class that is a refusal (failurePolicy Fail), not an unchecked admission.
+            with pytest.raises(ApiException, match="x509"):
+                core.create_namespaced_pod(pods, _sized_pod(sized), dry_run="All")
+            bundle = base64.b64encode(ca_pem.encode("ascii")).decode("ascii")
+            for kind in ("mutating", "validating"):
+                patch = [{"op": "add", "path": "/webhooks/0/clientConfig/caBundle",
+                          "value": bundle}]  # fmt: skip
+                getattr(registration, f"patch_{kind}_webhook_configuration")(
+                    WEBHOOK_CONFIGURATION, patch
+                )
+            admitted = wait_for(
+                "the pod admitted through the injected CA",
+                lambda: _admitted(core, pods, _sized_pod(sized)),
+            )
+            assert admitted.metadata.annotations[ANNOTATION_PROCESSOR_COUNT] == "3"
+            # A new profile: the operator rewrites the configurations and keeps the CA.
+            _create_sized_profile(kube, second)
+            for configuration in _configurations(kube):
+                assert configuration.webhooks[0].client_config.ca_bundle == bundle
+            assert _admitted(core, pods, _sized_pod(second)) is not None
+        except AssertionError as error:
+            log = Path(operator["log"]).read_text(encoding="utf-8")[-4000:]
+            raise AssertionError(f"{error}\n--- operator log (tail) ---\n{log}") from None
+
+
+def _admitted(core: client.CoreV1Api, ns: str, pod: dict[str, Any]) -> Any:
+    """The admitted pod (dry run), or None while the webhook cannot be called."""
+    try:
+        return core.create_namespaced_pod(ns, pod, dry_run="All")
+    except ApiException as error:
+        if "failed calling webhook" in str(error.body):
+            return None
+        raise
