@@ -197,8 +197,25 @@ def test_fixed_profile_bounds_annotations_its_allow_list_lets_through() -> None:
     # the handler drops them: nothing to check, the pod comes out unchanged
     closed = profiles(profile("hv", vm={"maxProcessorCount": 4}, annotations={"pod": []}))
     assert not admitted(admit(pod(annotations={CPU: "64"}), closed)).mutated
-    unbounded = profiles(profile("hv"))
-    assert not admitted(admit(pod(annotations={CPU: "64"}), unbounded)).mutated
+
+
+def test_without_bounds_a_fixed_profile_lets_pods_shrink_their_vm_but_not_grow_it() -> None:
+    """The default allow-list lets io.microsoft.virtualmachine.* through: without
+    maxProcessorCount/maxMemoryMB the profile's own size is the most a pod may ask for."""
+    sized = profiles(profile("hv", vm={"processorCount": 4, "memoryMB": 4096}))
+    assert not admitted(admit(pod(annotations={CPU: "4", MEM: "2048"}), sized)).mutated
+    decision = refused(admit(pod(annotations={CPU: "64"}), sized))
+    assert decision.reason == ANNOTATION_OUT_OF_BOUNDS
+    assert "=64" in decision.message
+    assert "4 processors" in decision.message
+    assert "spec.vm.maxProcessorCount" in decision.message
+    decision = refused(admit(pod(annotations={MEM: "8192"}), sized))
+    assert "4096 MB" in decision.message
+    # processorCount unset: hcsshim's default VM (2 processors, 1024 MB) is the bound
+    default = profiles(profile("hv"))
+    decision = refused(admit(pod(annotations={CPU: "3"}), default))
+    assert "2 processors" in decision.message
+    assert "hcsshim default" in decision.message
 
 
 def test_physically_backed_memory_requests_are_set_to_the_limits() -> None:

@@ -268,12 +268,14 @@ class VMSpec(_Model):
     max_processor_count: Annotated[int, Field(ge=1, le=240)] | None = None
     """Most virtual processors a pod's VM may have (sized from its limits, or asked for by
     the processor.count annotation). Required with FromPodLimits; optional with Fixed,
-    where it bounds pods' own annotations. At least processorCount."""
+    where it bounds pods' own annotations (unset: a pod may ask for no more than
+    processorCount). At least processorCount."""
     max_memory_mb: Annotated[int, Field(ge=256, le=1048576)] | None = Field(
         default=None, alias="maxMemoryMB"
     )
     """Most memory in MB a pod's VM may have; even. Required with FromPodLimits; optional
-    with Fixed, where it bounds pods' own annotations. At least memoryMB."""
+    with Fixed, where it bounds pods' own annotations (unset: a pod may ask for no more than
+    memoryMB). At least memoryMB."""
 
     @field_validator("memory_mb", "max_memory_mb")
     @classmethod

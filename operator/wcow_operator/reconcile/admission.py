@@ -354,21 +354,54 @@ def _check_annotation(
     key: str,
     value: int,
     *,
-    bound: int | None,
+    bound: int,
     unit: str,
     field: str,
     profile: WindowsRuntimeProfile,
 ) -> Refused | None:
     effective = even_mb(value) if key == ANNOTATION_MEMORY_MB else value
-    if bound is None or effective <= bound:
+    if effective <= bound:
         return None
     rounded = f" (rounded up to {effective})" if effective != value else ""
+    where = f"spec.vm.{field} {bound} {unit}"
+    if not field.startswith("max"):
+        maximum = "maxProcessorCount" if key == ANNOTATION_PROCESSOR_COUNT else "maxMemoryMB"
+        where = (
+            f"the {bound} {unit} of a Fixed profile without spec.vm.{maximum} "
+            f"(spec.vm.{field}{'' if _is_set(profile, field) else ', unset: hcsshim default'})"
+        )
+        advice = f"ask for at most {bound}, or have spec.vm.{maximum} set on the profile"
+    else:
+        advice = f"ask for at most {bound}"
     return _refuse(
         ANNOTATION_OUT_OF_BOUNDS,
         profile,
-        f"annotation {key}={value}{rounded} asks for more than spec.vm.{field} {bound} {unit} "
-        f"of WindowsRuntimeProfile {profile.name!r}: ask for at most {bound}",
+        f"annotation {key}={value}{rounded} asks for more than {where} "
+        f"of WindowsRuntimeProfile {profile.name!r}: {advice}",
     )
+
+
+def _is_set(profile: WindowsRuntimeProfile, field: str) -> bool:
+    vm = profile.spec.vm
+    attribute = "processor_count" if field == "processorCount" else "memory_mb"
+    return vm is not None and getattr(vm, attribute) is not None
+
+
+def _annotation_bounds(vm: VMSpec) -> tuple[tuple[str, int, str, str], ...]:
+    """Per sizing annotation: the largest value a pod may ask for, its unit and the field
+    that sets it. Without maxProcessorCount/maxMemoryMB (only possible on a Fixed profile) the
+    profile's own size is the most: a pod may make its VM smaller, never larger than the
+    platform team configured."""
+    return (
+        (ANNOTATION_PROCESSOR_COUNT, *(
+            (vm.max_processor_count, "maxProcessorCount") if vm.max_processor_count
+            else (vm.floor_processors, "processorCount")
+        ), "processors"),
+        (ANNOTATION_MEMORY_MB, *(
+            (vm.max_memory_mb, "maxMemoryMB") if vm.max_memory_mb
+            else (vm.floor_memory_mb, "memoryMB")
+        ), "MB"),
+    )  # fmt: skip
 
 
 def _own_annotations(
@@ -378,10 +411,7 @@ def _own_annotations(
     annotations = _annotations(pod)
     passes = profile.spec.pod_annotation_patterns()
     own: dict[str, int] = {}
-    for key, bound, unit, field in (
-        (ANNOTATION_PROCESSOR_COUNT, vm.max_processor_count, "processors", "maxProcessorCount"),
-        (ANNOTATION_MEMORY_MB, vm.max_memory_mb, "MB", "maxMemoryMB"),
-    ):
+    for key, bound, field, unit in _annotation_bounds(vm):
         if key not in annotations or not allowed_through(key, passes):
             continue  # containerd drops what the handler does not let through
         value = _annotation_value(key, annotations[key], profile)
