@@ -261,3 +261,31 @@ def test_before_the_profiles_are_read_the_webhook_refuses_rather_than_admit_unch
     synced = True
     for fn in handlers.values():
         asyncio.run(fn(body=pod, patch=kopf.Patch()))  # no profile for "hv": admitted as is
+
+
+def test_a_profile_turned_invalid_is_judged_by_its_last_valid_spec() -> None:
+    """Like its RuntimeClass and plan entry, which keep their last good state."""
+    from wcow_operator.handlers.admission import ProfileIndex
+
+    def body(version: str, **vm: Any) -> dict[str, Any]:
+        return {
+            "apiVersion": "runtime.wcow.dev/v1alpha1",
+            "kind": "WindowsRuntimeProfile",
+            "metadata": {"name": "hv", "uid": "u-1", "resourceVersion": version},
+            "spec": {"isolation": "HyperV", "windowsBuild": "ltsc2022", "vm": vm},
+        }
+
+    stored = [body("1", maxProcessorCount=4)]
+    index = ProfileIndex(lambda: stored)
+    assert index.current()["hv"].spec.vm.max_processor_count == 4  # type: ignore[union-attr]
+    stored[0] = body("2", maxProcessorCount=0)  # refused by the model
+    assert index.current()["hv"].spec.vm.max_processor_count == 4  # type: ignore[union-attr]
+    stored[0] = body("3", maxProcessorCount=6)
+    assert index.current()["hv"].spec.vm.max_processor_count == 6  # type: ignore[union-attr]
+    # Never valid here (e.g. the operator restarted since): left out.
+    assert "hv" not in ProfileIndex(lambda: [body("2", maxProcessorCount=0)]).current()
+    # Deleted and created again under the same name: a new uid, no last good spec.
+    recreated = body("4", maxProcessorCount=0)
+    recreated["metadata"]["uid"] = "u-2"
+    stored[0] = recreated
+    assert "hv" not in index.current()

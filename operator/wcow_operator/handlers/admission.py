@@ -65,14 +65,17 @@ class AdmissionMetrics:
 
 
 class ProfileIndex:
-    """Valid profiles by RuntimeClass name, parsed once per resourceVersion. An invalid
-    profile is left out: its pods pass unchanged (the operator reports it Valid=False)."""
+    """Valid profiles by RuntimeClass name, parsed once per resourceVersion. A profile whose
+    spec turned invalid keeps being judged by its last valid spec, as its RuntimeClass and plan
+    entry keep their last good state (the operator reports it Valid=False); one that was never
+    valid while this replica ran is left out, and its pods pass unchanged."""
 
     def __init__(self, source: Callable[[], Iterable[dict[str, Any]]]) -> None:
         self._source = source
         self._lock = threading.Lock()
         self._key: tuple[tuple[str, str], ...] = ()
         self._profiles: dict[str, WindowsRuntimeProfile] = {}
+        self._last_valid: dict[str, WindowsRuntimeProfile] = {}  # by uid
 
     def current(self) -> dict[str, WindowsRuntimeProfile]:
         bodies = list(self._source())
@@ -86,16 +89,23 @@ class ProfileIndex:
             if key == self._key:
                 return self._profiles
         parsed: dict[str, WindowsRuntimeProfile] = {}
+        valid: dict[str, WindowsRuntimeProfile] = {}
         for body in bodies:
-            if (body.get("metadata") or {}).get("deletionTimestamp"):
+            metadata = body.get("metadata") or {}
+            if metadata.get("deletionTimestamp"):
                 continue
+            uid = str(metadata.get("uid", ""))
             try:
                 profile = parse_profile(body)
             except ProfileInvalidError:
-                continue
+                last_good = self._last_valid.get(uid)
+                if last_good is None:
+                    continue
+                profile = last_good
+            valid[uid] = profile
             parsed[profile.name] = profile
         with self._lock:
-            self._key, self._profiles = key, parsed
+            self._key, self._profiles, self._last_valid = key, parsed, valid
         return parsed
 
 
