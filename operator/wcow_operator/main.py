@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 import threading
@@ -26,6 +27,7 @@ from wcow_operator.controller.informer import run_informer, watched_collections
 from wcow_operator.controller.metrics import Metrics
 from wcow_operator.handlers.admission import (
     AdmissionMetrics,
+    CertificateMissingError,
     ProfileIndex,
     WebhookKeeper,
     WebhookSettings,
@@ -33,7 +35,7 @@ from wcow_operator.handlers.admission import (
     serving_certificate,
 )
 from wcow_operator.handlers.admission import register as register_admission
-from wcow_operator.handlers.certificates import keep_renewed
+from wcow_operator.handlers.certificates import Authority, ServingCertificate, keep_renewed
 from wcow_operator.health import serve_health
 from wcow_operator.k8s.api import KubernetesApi, load_client_config
 from wcow_operator.k8s.leader import run_with_leader_election
@@ -89,6 +91,7 @@ def webhook_settings(settings: OperatorSettings) -> WebhookSettings:
         ca_injection_from=settings.webhook_ca_injection_from or None,
         owner_clusterrole=settings.webhook_owner_clusterrole or None,
         hosts=hosts,
+        identity=os.environ.get("POD_NAME") or socket.gethostname(),
         listen="127.0.0.1" if settings.webhook_url else "0.0.0.0",  # noqa: S104 - via Service
     )
 
@@ -96,15 +99,15 @@ def webhook_settings(settings: OperatorSettings) -> WebhookSettings:
 def start_admission_webhook(
     registry: kopf.OperatorRegistry,
     *,
-    settings: OperatorSettings,
+    webhook: WebhookSettings,
+    served: tuple[ServingCertificate, Authority | None],
     cache: ClusterCache,
     metrics: Metrics,
     api_client: Any,
     stop: threading.Event,
 ) -> WebhookKeeper:
     """kopf serves the pod admission handlers; a thread keeps the webhook configurations."""
-    webhook = webhook_settings(settings)
-    certificate, authority = serving_certificate(webhook)
+    certificate, authority = served
     if authority is not None:
         in_background(
             "webhook-certificate", keep_renewed, authority, webhook.hosts, certificate, stop
@@ -114,9 +117,7 @@ def start_admission_webhook(
         registry, index.current, AdmissionMetrics(metrics.registry), synced=cache.synced
     )
     configure_server(registry, webhook, certificate)
-    keeper = WebhookKeeper(
-        WebhookConfigurations(api_client), webhook, certificate, lambda: index.current().keys()
-    )
+    keeper = WebhookKeeper(WebhookConfigurations(api_client), webhook, certificate, index.classes)
 
     def keep() -> None:
         while not cache.synced() and not stop.wait(0.2):
@@ -130,7 +131,9 @@ def start_admission_webhook(
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = parse_settings(argv)
-    except SettingsError as error:
+        webhook = webhook_settings(settings) if settings.webhook_port else None
+        served = serving_certificate(webhook) if webhook is not None else None
+    except (SettingsError, CertificateMissingError) as error:
         print(f"wcow-operator: {error}", file=sys.stderr)
         return 2
     configure_logging(settings)
@@ -187,17 +190,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     keeper = (
         start_admission_webhook(
             registry,
-            settings=settings,
+            webhook=webhook,
+            served=served,
             cache=cache,
             metrics=metrics,
             api_client=api_client,
             stop=stop,
         )
-        if settings.webhook_port
+        if webhook is not None and served is not None
         else None
     )
 
+    draining = threading.Event()
+
     def ready() -> tuple[bool, str]:
+        if draining.is_set():
+            return False, "shutting down"
         # Every replica serves the webhook: the Service may send it a pod only once it knows
         # the profiles and the API server trusts its certificate.
         if keeper is not None and not keeper.published.is_set():
@@ -227,11 +235,54 @@ def main(argv: Sequence[str] | None = None) -> int:
         ).start()
     log.info("wcow-operator starting: namespace=%s", settings.namespace)
     try:
-        kopf.run(registry=registry, standalone=True, clusterwide=True)
+        if keeper is None:
+            kopf.run(registry=registry, standalone=True, clusterwide=True)
+        else:
+            serve_draining(registry, draining, settings.shutdown_delay_seconds)
     finally:
         stop.set()
         runner.trigger()
     return 0
+
+
+class _NotInMainThread(logging.Filter):
+    """kopf warns that it ignores OS signals when not in the main thread: here that is the
+    point (serve_draining handles them), so the warning would only mislead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "not in the main thread" not in record.getMessage()
+
+
+def serve_draining(
+    registry: kopf.OperatorRegistry, draining: threading.Event, delay: float
+) -> None:
+    """kopf (and so the webhook server) in a thread of its own. On SIGTERM or SIGINT this
+    replica reports not ready and keeps answering admissions for ``delay`` seconds, so the
+    Service's endpoints drop it before it stops: the API server does not retry a webhook call
+    that fails, and for the wcow classes a failed call refuses the pod. A second signal ends
+    the wait."""
+    stop_kopf = threading.Event()
+    terminated = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: terminated.set())
+    logging.getLogger("kopf._core.reactor.running").addFilter(_NotInMainThread())
+    thread = threading.Thread(
+        target=kopf.run,
+        kwargs={"registry": registry, "standalone": True, "clusterwide": True,
+                "stop_flag": stop_kopf},
+        name="kopf",
+        daemon=True,
+    )  # fmt: skip
+    thread.start()
+    while not terminated.wait(0.5):
+        if not thread.is_alive():
+            return  # kopf stopped on its own
+    draining.set()
+    log.info("terminating: not ready, answering admissions for %.0f s more", delay)
+    terminated.clear()
+    terminated.wait(delay)
+    stop_kopf.set()
+    thread.join(timeout=30)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ class OperatorSettings:
     webhook_cert_dir: str = ""
     webhook_ca_injection_from: str = ""
     webhook_owner_clusterrole: str = ""
+    shutdown_delay_seconds: float = 5.0
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool | None:
@@ -142,6 +143,13 @@ def parse_settings(
         "(env WCOW_WEBHOOK_OWNER_CLUSTERROLE)",
     )
     parser.add_argument(
+        "--shutdown-delay-seconds",
+        type=float,
+        help="with the webhook: on SIGTERM, report not ready and keep answering admissions this "
+        "long before stopping, so the Service drops this replica first; the API server does "
+        "not retry a failed webhook call (env WCOW_SHUTDOWN_DELAY_SECONDS, default 5)",
+    )
+    parser.add_argument(
         "--log-format", choices=("json", "text"), help="env WCOW_LOG_FORMAT, default json"
     )
     parser.add_argument(
@@ -228,6 +236,17 @@ def _webhook_settings(
     except ValueError as error:
         raise SettingsError(f"invalid WCOW_WEBHOOK_PORT: {error}") from None
     found: dict[str, Any] = {"webhook_port": port}
+    try:
+        delay = (
+            args.shutdown_delay_seconds
+            if args.shutdown_delay_seconds is not None
+            else float(env.get("WCOW_SHUTDOWN_DELAY_SECONDS") or 5.0)
+        )
+    except ValueError as error:
+        raise SettingsError(f"invalid WCOW_SHUTDOWN_DELAY_SECONDS: {error}") from None
+    if not 0 <= delay <= 120:
+        raise SettingsError(f"--shutdown-delay-seconds must be 0 to 120, not {delay}")
+    found["shutdown_delay_seconds"] = delay
     for name in ("service", "url", "cert_dir", "ca_injection_from", "owner_clusterrole"):
         found[f"webhook_{name}"] = (
             getattr(args, f"webhook_{name}") or env.get(f"WCOW_WEBHOOK_{name.upper()}") or ""

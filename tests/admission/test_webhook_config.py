@@ -5,13 +5,15 @@ from __future__ import annotations
 import base64
 import threading
 import time
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from wcow_operator import rbac
 from wcow_operator.handlers.admission import OwnerMissingError, WebhookKeeper, WebhookSettings
-from wcow_operator.handlers.certificates import ServingCertificate, self_signed
+from wcow_operator.handlers.certificates import Authority, ServingCertificate, self_signed
 from wcow_operator.k8s.webhooks import OWNER_NAME, PERMISSIONS
 from wcow_operator.render.webhooks import (
     MAX_CAS,
@@ -63,8 +65,8 @@ def test_only_pods_of_wcow_classes_outside_system_namespaces_reach_the_webhook()
     assert match_condition([])["expression"] == "false"
 
 
-def _pem() -> str:
-    return self_signed(["localhost"]).ca_pem
+def _pem(pod: str | None = None) -> str:
+    return Authority(pod or f"pod-{uuid.uuid4().hex[:6]}").ca_pem
 
 
 def test_ca_bundle_keeps_other_replicas_cas_up_to_a_limit() -> None:
@@ -76,6 +78,17 @@ def test_ca_bundle_keeps_other_replicas_cas_up_to_a_limit() -> None:
     for _ in range(MAX_CAS + 2):
         bundle = merged_ca_bundle(bundle, _pem())
     assert base64.b64decode(bundle).decode().count("BEGIN CERTIFICATE") == MAX_CAS
+
+
+def test_a_restarted_pods_new_ca_replaces_its_old_one() -> None:
+    """A crash-looping replica must not push the healthy replicas' CAs out of the bundle."""
+    healthy = _pem("operator-a")
+    bundle = merged_ca_bundle(None, healthy)
+    for _ in range(MAX_CAS + 3):
+        bundle = merged_ca_bundle(bundle, _pem("operator-b"))  # the same pod, restarted
+    text = base64.b64decode(bundle).decode()
+    assert text.count("BEGIN CERTIFICATE") == 2
+    assert healthy.strip() in text
 
 
 class FakeApi:
@@ -289,3 +302,37 @@ def test_a_profile_turned_invalid_is_judged_by_its_last_valid_spec() -> None:
     recreated["metadata"]["uid"] = "u-2"
     stored[0] = recreated
     assert "hv" not in index.current()
+
+
+def test_with_cert_manager_a_replica_is_published_only_once_the_injected_ca_is_in(
+    tmp_path: Path,
+) -> None:
+    """Readiness (and so the Service) waits for the cainjector: until then the API server
+    cannot trust the mounted certificate."""
+    mounted = tmp_path / "tls"
+    mounted.mkdir()
+    authority = Authority("cert-manager")
+    served = authority.issue(["wcow-webhook.wcow-system.svc"], mounted)
+    (mounted / "ca.crt").write_text(authority.ca_pem, encoding="ascii")
+    api = FakeApi()
+    settings = WebhookSettings(
+        port=9443,
+        endpoint=Endpoint(service_namespace="wcow-system", service_name="wcow-webhook"),
+        excluded_namespaces=("wcow-system",),
+        cert_dir=mounted,
+        ca_injection_from="wcow-system/wcow-webhook",
+    )
+    keeper = WebhookKeeper(api, settings, served, lambda: ["hv"])
+    keeper.sync()
+    assert not keeper.published.is_set()
+    injected = base64.b64encode(authority.ca_pem.encode()).decode()
+    api.objects["mutating"]["webhooks"][0]["clientConfig"]["caBundle"] = injected
+    keeper.sync()
+    assert not keeper.published.is_set()  # the validating one still has none
+    api.objects["validating"]["webhooks"][0]["clientConfig"]["caBundle"] = injected
+    keeper.sync()
+    assert keeper.published.is_set()
+    # cert-manager renews the CA: not trusted again until the cainjector catches up
+    (mounted / "ca.crt").write_text(Authority("renewed").ca_pem, encoding="ascii")
+    keeper.sync()
+    assert not keeper.published.is_set()

@@ -157,8 +157,9 @@ def operator_command(ns: str, metrics: int, health: int, *extra: str) -> list[st
 
 
 @contextlib.contextmanager
-def running_operator(ns: str, *extra: str) -> Iterator[dict[str, Any]]:
-    """``wcow-operator`` as a subprocess with the test's kubeconfig; ready when /readyz is."""
+def running_operator(ns: str, *extra: str, ready: bool = True) -> Iterator[dict[str, Any]]:
+    """``wcow-operator`` as a subprocess with the test's kubeconfig; yielded once /readyz
+    answers 200 (``ready=False``: once /healthz does, for tests of readiness itself)."""
     metrics, health = free_port(), free_port()
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"wcow-operator-{ns}.log"
     with log.open("w") as output:
@@ -168,10 +169,11 @@ def running_operator(ns: str, *extra: str) -> Iterator[dict[str, Any]]:
             stderr=subprocess.STDOUT,
         )
         info = {"process": process, "metrics": metrics, "health": health, "log": log}
+        probe = "readyz" if ready else "healthz"
         try:
             wait_for(
                 f"the operator to be ready (log: {log})",
-                lambda: process.poll() is None and _ok(f"http://127.0.0.1:{health}/readyz"),
+                lambda: process.poll() is None and _ok(f"http://127.0.0.1:{health}/{probe}"),
                 timeout=60,
             )
             yield info

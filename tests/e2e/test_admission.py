@@ -9,6 +9,8 @@ for real, so the admitted spec includes the API server's own RuntimeClass admiss
 from __future__ import annotations
 
 import contextlib
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,6 +53,16 @@ def _refusal(core: client.CoreV1Api, ns: str, body: dict[str, Any]) -> str:
     with pytest.raises(ApiException) as caught:
         core.create_namespaced_pod(ns, body, dry_run="All")
     return str(caught.value.body)
+
+
+def _status_code(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+    except OSError:
+        return 0
 
 
 def _delete_configurations(kube: client.ApiClient) -> None:
@@ -138,10 +150,19 @@ def test_admission_on_the_real_api_server(cluster: dict[str, Any]) -> None:
     host["spec"]["hostNetwork"] = True
     assert "HostProcessWithHyperV" in _refusal(core, ns, host)
 
-    # The webhook down: pods of other classes and without one pass; wcow pods wait.
+    # Terminating: not ready at once (the Service drops the replica), still answering for
+    # --shutdown-delay-seconds, since the API server does not retry a failed webhook call.
     running = cluster["operator"]["process"]
+    health = cluster["operator"]["health"]
     running.terminate()
+    wait_for("the terminating operator to report not ready",
+             lambda: _status_code(f"http://127.0.0.1:{health}/readyz") == 503)  # fmt: skip
+    assert running.poll() is None
+    during = _create(core, ns, _pod("draining", cluster["sized"], **limits), dry_run=True)
+    assert during["metadata"]["annotations"][ANNOTATION_PROCESSOR_COUNT] == "3"
     running.wait(timeout=30)
+
+    # The webhook down: pods of other classes and without one pass; wcow pods wait.
     for name, runtime_class in (("plain", None), ("other", cluster["other"])):
         assert _create(core, ns, _pod(name, runtime_class), dry_run=False)["metadata"]["uid"]
     down = _refusal(core, ns, _pod("unsized", cluster["sized"], **limits))

@@ -45,6 +45,7 @@ from tests.e2e.operator_harness import (
     running_operator,
     wait_for,
 )
+from tests.e2e.test_admission import _status_code
 from tests.e2e.test_delivery import (  # noqa: F401 - install is a fixture
     Install,
     install,
@@ -244,8 +245,11 @@ def _cert_manager_secret(certificate: dict[str, Any], folder: Path) -> str:
     """What cert-manager and the kubelet would leave in the mounted Secret for the chart's
     Certificate: a serving certificate for its dnsNames from a CA, and that CA as ca.crt.
     Returns the CA (PEM)."""
-    authority = Authority()
-    authority.issue(certificate["spec"]["dnsNames"], folder)
+    authority = Authority("cert-manager")
+    issued = authority.issue(certificate["spec"]["dnsNames"], folder / "issued")
+    key, cert = issued.certfile.read_text(encoding="ascii").split("-----BEGIN CERTIFICATE-----")
+    (folder / "tls.key").write_text(key, encoding="ascii")
+    (folder / "tls.crt").write_text("-----BEGIN CERTIFICATE-----" + cert, encoding="ascii")
     (folder / "ca.crt").write_text(authority.ca_pem, encoding="ascii")
     return authority.ca_pem
 
@@ -306,7 +310,7 @@ def test_with_cert_manager_the_webhook_serves_the_mounted_certificate_and_keeps_
         service = _flag(chart_args, "--webhook-service")
         serving = next(o for o in issued if o["metadata"]["name"] == service)
         mounted = tmp_path / "webhook-tls"
-        mounted.mkdir()
+        (mounted / "issued").mkdir(parents=True)
         ca_pem = _cert_manager_secret(serving, mounted)
         port = free_port()
         webhook_args = [
@@ -316,7 +320,8 @@ def test_with_cert_manager_the_webhook_serves_the_mounted_certificate_and_keeps_
             f"--webhook-cert-dir={mounted}",
         ]  # fmt: skip
         stack.enter_context(_endpoint_slice(kube, ns, service, port))
-        operator = stack.enter_context(running_operator(ns, *webhook_args))
+        operator = stack.enter_context(running_operator(ns, *webhook_args, ready=False))
+        readyz = f"http://127.0.0.1:{operator['health']}/readyz"
         sized, second = f"{release}-sized", f"{release}-second"
         stack.enter_context(profiles_cleaned_up(kube, [sized, second]))
         try:
@@ -330,8 +335,12 @@ def test_with_cert_manager_the_webhook_serves_the_mounted_certificate_and_keeps_
                      lambda: core.read_namespaced_service_account("default", pods))  # fmt: skip
             # Before the cainjector: the API server cannot trust the webhook, and for a pod of
             # a wcow class that is a refusal (failurePolicy Fail), not an unchecked admission.
-            with pytest.raises(ApiException, match="x509"):
-                core.create_namespaced_pod(pods, _sized_pod(sized), dry_run="All")
+            wait_for(
+                "the API server to reach the webhook and not trust it (x509)",
+                lambda: "x509" in _refusal_text(core, pods, _sized_pod(sized)),
+            )
+            # Not ready either, so the Service sends it nothing yet.
+            assert _status_code(readyz) == 503
             bundle = base64.b64encode(ca_pem.encode("ascii")).decode("ascii")
             for kind in ("mutating", "validating"):
                 patch = [{"op": "add", "path": "/webhooks/0/clientConfig/caBundle",
@@ -344,6 +353,8 @@ def test_with_cert_manager_the_webhook_serves_the_mounted_certificate_and_keeps_
                 lambda: _admitted(core, pods, _sized_pod(sized)),
             )
             assert admitted.metadata.annotations[ANNOTATION_PROCESSOR_COUNT] == "3"
+            wait_for("the operator ready once its CA is trusted",
+                     lambda: _status_code(readyz) == 200, timeout=30)  # fmt: skip
             # A new profile: the operator rewrites the configurations and keeps the CA.
             _create_sized_profile(kube, second)
             for configuration in _configurations(kube):
@@ -352,6 +363,15 @@ def test_with_cert_manager_the_webhook_serves_the_mounted_certificate_and_keeps_
         except AssertionError as error:
             log = Path(operator["log"]).read_text(encoding="utf-8")[-4000:]
             raise AssertionError(f"{error}\n--- operator log (tail) ---\n{log}") from None
+
+
+def _refusal_text(core: client.CoreV1Api, ns: str, pod: dict[str, Any]) -> str:
+    """Why the API server refused the pod (dry run); "" if it admitted it."""
+    try:
+        core.create_namespaced_pod(ns, pod, dry_run="All")
+    except ApiException as error:
+        return str(error.body)
+    return ""
 
 
 def _admitted(core: client.CoreV1Api, ns: str, pod: dict[str, Any]) -> Any:

@@ -34,6 +34,7 @@ from wcow_operator.render.webhooks import (
     VALIDATE_ID,
     Endpoint,
     OwnerReference,
+    bundle_trusts,
     ca_bundle_of,
     merged_ca_bundle,
     webhook_configuration,
@@ -68,7 +69,9 @@ class ProfileIndex:
     """Valid profiles by RuntimeClass name, parsed once per resourceVersion. A profile whose
     spec turned invalid keeps being judged by its last valid spec, as its RuntimeClass and plan
     entry keep their last good state (the operator reports it Valid=False); one that was never
-    valid while this replica ran is left out, and its pods pass unchanged."""
+    valid while this replica ran (it restarted since) cannot be judged: its pods pass unchanged,
+    with a warning. ``classes`` names every profile, valid or not, so the webhook
+    configurations do not depend on what a replica happens to remember."""
 
     def __init__(self, source: Callable[[], Iterable[dict[str, Any]]]) -> None:
         self._source = source
@@ -76,6 +79,7 @@ class ProfileIndex:
         self._key: tuple[tuple[str, str], ...] = ()
         self._profiles: dict[str, WindowsRuntimeProfile] = {}
         self._last_valid: dict[str, WindowsRuntimeProfile] = {}  # by uid
+        self._names: tuple[str, ...] = ()
 
     def current(self) -> dict[str, WindowsRuntimeProfile]:
         bodies = list(self._source())
@@ -90,10 +94,12 @@ class ProfileIndex:
                 return self._profiles
         parsed: dict[str, WindowsRuntimeProfile] = {}
         valid: dict[str, WindowsRuntimeProfile] = {}
+        names: list[str] = []
         for body in bodies:
             metadata = body.get("metadata") or {}
             if metadata.get("deletionTimestamp"):
                 continue
+            names.append(str(metadata.get("name", "")))
             uid = str(metadata.get("uid", ""))
             try:
                 profile = parse_profile(body)
@@ -106,7 +112,14 @@ class ProfileIndex:
             parsed[profile.name] = profile
         with self._lock:
             self._key, self._profiles, self._last_valid = key, parsed, valid
+            self._names = tuple(sorted(names))
         return parsed
+
+    def classes(self) -> tuple[str, ...]:
+        """Every profile's RuntimeClass (a profile's class has its name), valid or not."""
+        self.current()
+        with self._lock:
+            return self._names
 
 
 def _replace_with(admitted: dict[str, Any]) -> Callable[[kopf.RawBody], None]:
@@ -143,8 +156,18 @@ def register(
         return profiles()
 
     @kopf.on.mutate("", "v1", "pods", id=MUTATE_ID, operations=["CREATE"], registry=registry)
-    async def mutate(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-        decision = admit(dict(body), known_profiles())
+    async def mutate(
+        body: kopf.Body, patch: kopf.Patch, warnings: list[str] | None = None, **_: Any
+    ) -> None:
+        known = known_profiles()
+        class_name = (body.get("spec") or {}).get("runtimeClassName")
+        if class_name not in known and warnings is not None:
+            warnings.append(
+                f"WindowsRuntimeProfile {class_name!r} is not valid and this operator replica "
+                "has no earlier valid spec of it: the pod is admitted unchecked "
+                "(kubectl describe wrp shows why the profile is invalid)"
+            )
+        decision = admit(dict(body), known)
         if not isinstance(decision, Admitted):
             metrics.refused.labels(reason=decision.reason).inc()
             raise kopf.AdmissionError(f"{decision.reason}: {decision.message}", code=403)
@@ -173,6 +196,7 @@ class WebhookSettings:
     ca_injection_from: str | None = None  # "<namespace>/<Certificate>" for cert-manager
     owner_clusterrole: str | None = None  # the ClusterRole whose deletion removes them
     hosts: tuple[str, ...] = ("localhost",)
+    identity: str = ""  # the pod's name: names this replica's own CA
     listen: str = "0.0.0.0"  # noqa: S104 - the API server reaches it through the Service
 
 
@@ -180,6 +204,12 @@ def serving_certificate(settings: WebhookSettings) -> tuple[ServingCertificate, 
     """cert-manager's files when mounted (renewed by cert-manager); else a certificate from
     a CA of this replica's own, and that CA to renew it with."""
     if settings.cert_dir is not None:
+        missing = [n for n in ("tls.crt", "tls.key") if not (settings.cert_dir / n).is_file()]
+        if missing:
+            raise CertificateMissingError(
+                f"--webhook-cert-dir {settings.cert_dir} has no {' or '.join(missing)}: mount the "
+                "Secret of the webhook's cert-manager Certificate there"
+            )
         ca = settings.cert_dir / "ca.crt"
         mounted = ServingCertificate(
             ca_pem=ca.read_text(encoding="ascii") if ca.exists() else "",
@@ -187,9 +217,13 @@ def serving_certificate(settings: WebhookSettings) -> tuple[ServingCertificate, 
             keyfile=settings.cert_dir / "tls.key",
         )
         return mounted, None
-    authority = Authority()
+    authority = Authority(settings.identity)
     folder = Path(tempfile.mkdtemp(prefix="wcow-webhook-"))
     return authority.issue(settings.hosts, folder), authority
+
+
+class CertificateMissingError(Exception):
+    pass
 
 
 class ConfigurationsApi(Protocol):
@@ -256,34 +290,52 @@ class WebhookKeeper:
                     "does not exist: not writing the webhook configurations it would own"
                 )
         writes = 0
+        stored: dict[str, dict[str, Any]] = {}
         for kind in KINDS:
-            for _attempt in range(5):
-                current = self._api.read(kind)
-                body = self.desired(kind, current)
-                if current is None:
-                    try:
-                        self._api.create(kind, body)
-                    except ApiError as error:
-                        if error.status == 409:
-                            continue
-                        raise
-                    writes += 1
-                    break
-                if _same(current, body):
-                    break
-                body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            stored[kind], wrote = self._sync_one(kind)
+            writes += wrote
+        if self._trusted(stored.values()):
+            self.published.set()
+        else:
+            self.published.clear()
+        return writes
+
+    def _sync_one(self, kind: str) -> tuple[dict[str, Any], bool]:
+        """The configuration as stored after making it current, and whether it was written."""
+        for _attempt in range(5):
+            current = self._api.read(kind)
+            body = self.desired(kind, current)
+            if current is None:
                 try:
-                    self._api.replace(kind, body)
+                    return self._api.create(kind, body), True
                 except ApiError as error:
-                    if error.status == 409:  # another replica wrote first: read again
+                    if error.status == 409:
                         continue
                     raise
-                writes += 1
-                break
-            else:
-                raise ApiError(409, "Conflict", f"{kind} configuration: 5 conflicts in a row")
-        self.published.set()
-        return writes
+            if _same(current, body):
+                return current, False
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            try:
+                return self._api.replace(kind, body), True
+            except ApiError as error:
+                if error.status == 409:  # another replica wrote first: read again
+                    continue
+                raise
+        raise ApiError(409, "Conflict", f"{kind} configuration: 5 conflicts in a row")
+
+    def _trusted(self, configurations: Iterable[dict[str, Any]]) -> bool:
+        """Whether the API server trusts the certificate this replica serves: its own CA is in
+        the bundle (it was merged in), or cert-manager's cainjector has written the mounted
+        Secret's ca.crt there."""
+        if self._settings.ca_injection_from is None or self._settings.cert_dir is None:
+            return True
+        try:
+            ca = (self._settings.cert_dir / "ca.crt").read_text(encoding="ascii")
+        except (OSError, ValueError):
+            ca = ""
+        if not ca.strip():
+            return True  # an issuer that gives no CA: nothing to check against
+        return all(bundle_trusts(ca_bundle_of(c), ca) for c in configurations)
 
     def run(self, stop: threading.Event, interval: float = 2.0, recheck: float = 60.0) -> None:
         """Sync when the classes change, and every ``recheck`` seconds in case someone
@@ -292,12 +344,16 @@ class WebhookKeeper:
         checked = 0.0
         while not stop.is_set():
             classes = tuple(sorted(self._classes()))
-            if classes != last or time.monotonic() - checked >= recheck:
+            # Until the API server trusts this replica, look again soon (cainjector at work).
+            every = recheck if self.published.is_set() else interval
+            if classes != last or time.monotonic() - checked >= every:
                 try:
                     self.sync()
                     last, checked = classes, time.monotonic()
                 except (ApiError, OwnerMissingError) as error:
                     log.warning("could not update the admission webhook configurations: %s", error)
+                except Exception:  # the thread must outlive any one failure
+                    log.exception("could not update the admission webhook configurations")
             stop.wait(interval)
 
 

@@ -75,13 +75,16 @@ def _write(path: Path, data: bytes) -> None:
 class Authority:
     """This replica's own CA: its key never leaves memory."""
 
-    def __init__(self, validity: datetime.timedelta = CA_VALIDITY) -> None:
+    def __init__(self, owner: str = "", validity: datetime.timedelta = CA_VALIDITY) -> None:
+        """``owner``: the pod's name, so the CA of this pod before a restart is recognised
+        (and dropped from the CA bundle) rather than kept beside the new one."""
         now = datetime.datetime.now(datetime.UTC)
         self._key = ec.generate_private_key(ec.SECP256R1())
+        name = _name(f"wcow-operator webhook CA {owner}".strip()[:64])
         self.certificate = (
             x509.CertificateBuilder()
-            .subject_name(_name("wcow-operator webhook CA"))
-            .issuer_name(_name("wcow-operator webhook CA"))
+            .subject_name(name)
+            .issuer_name(name)
             .public_key(self._key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - BACKDATE)
@@ -101,8 +104,8 @@ class Authority:
         validity: datetime.timedelta = VALIDITY,
         backdate: datetime.timedelta = BACKDATE,
     ) -> ServingCertificate:
-        """A serving certificate for ``hosts`` (DNS names or IP addresses), written to
-        ``folder``/tls.crt and tls.key."""
+        """A serving certificate for ``hosts`` (DNS names or IP addresses), written with its
+        key to ``folder``/tls.pem."""
         now = datetime.datetime.now(datetime.UTC)
         hosts = list(hosts)
         key = ec.generate_private_key(ec.SECP256R1())
@@ -119,22 +122,22 @@ class Authority:
             .add_extension(x509.SubjectAlternativeName(_san(hosts)), critical=False)
             .sign(self._key, hashes.SHA256())
         )
-        certfile, keyfile = folder / "tls.crt", folder / "tls.key"
-        # Key first: a reader between the two writes pairs the old certificate with the new
-        # key only for an instant, and kopf rereads both when either changes.
+        # Key and certificate in one file, replaced at once: the server can never load the
+        # new certificate with the old key (kopf's TLS takes both from the same path).
+        pem = folder / "tls.pem"
         _write(
-            keyfile,
+            pem,
             key.private_bytes(
                 serialization.Encoding.PEM,
                 serialization.PrivateFormat.PKCS8,
                 serialization.NoEncryption(),
-            ),
+            )
+            + cert.public_bytes(serialization.Encoding.PEM),
         )
-        _write(certfile, cert.public_bytes(serialization.Encoding.PEM))
         return ServingCertificate(
             ca_pem=self.ca_pem,
-            certfile=certfile,
-            keyfile=keyfile,
+            certfile=pem,
+            keyfile=pem,
             not_before=cert.not_valid_before_utc,
             not_after=cert.not_valid_after_utc,
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -49,10 +50,15 @@ class WebhookConfigurations:
             method, path, query_params=query, header_params=headers, body=body,
             auth_settings=["BearerToken"],
         )  # fmt: skip
-        response = self._client.call_api(
-            method, url, header_params=headers, body=payload, _request_timeout=self._timeout
-        )
-        data = response.read()  # type: ignore[no-untyped-call]
+        try:
+            response = self._client.call_api(
+                method, url, header_params=headers, body=payload, _request_timeout=self._timeout
+            )
+            data = response.read()  # type: ignore[no-untyped-call]
+        except ApiException as error:  # raised by the client itself
+            raise ApiError(error.status or 0, error.reason or "", str(error)) from None
+        except (urllib3.exceptions.HTTPError, OSError) as error:  # no answer at all
+            raise ApiError(0, type(error).__name__, str(error)) from None
         if not 200 <= response.status < 300:
             try:
                 message = json.loads(data).get("message", "")
@@ -73,8 +79,6 @@ class WebhookConfigurations:
             if error.status == 404:
                 return None
             raise
-        except ApiException as error:  # transport errors the client raised itself
-            raise ApiError(error.status or 0, error.reason or "", str(error)) from None
         return found
 
     def read(self, kind: str) -> dict[str, Any] | None:

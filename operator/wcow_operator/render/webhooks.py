@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from cryptography import x509
+
 WEBHOOK_CONFIGURATION: Final = "wcow-runtime-pod-admission"
 KINDS: Final = ("mutating", "validating")
 MUTATE_ID: Final = "mutate-pods"
@@ -24,7 +26,7 @@ VALIDATE_ID: Final = "validate-pods"
 WEBHOOK_NAME_SUFFIX: Final = "pods.runtime.wcow.dev"
 TIMEOUT_SECONDS: Final = 5
 PEM_END: Final = "-----END CERTIFICATE-----"
-MAX_CAS: Final = 8  # replicas' CAs kept in the bundle (each replica serves with its own)
+MAX_CAS: Final = 16  # replicas' CAs kept in the bundle (each replica serves with its own)
 
 
 @dataclass(frozen=True)
@@ -183,8 +185,23 @@ def merged_ca_bundle(current_b64: str | None, own_pem: str) -> str:
     if any(pem.strip() == own.strip() for pem in current):
         bundle = current  # ours is in: keep the order, or replicas would take turns rewriting
     else:
-        bundle = [own, *current][:MAX_CAS]
+        # A CA of the same name is this pod's from before a restart: its process is gone.
+        subject = _subject(own)
+        others = [pem for pem in current if subject is None or _subject(pem) != subject]
+        bundle = [own, *others][:MAX_CAS]
     return base64.b64encode("".join(bundle).encode("ascii")).decode("ascii")
+
+
+def _subject(pem: str) -> str | None:
+    try:
+        return x509.load_pem_x509_certificate(pem.encode("ascii")).subject.rfc4514_string()
+    except ValueError:
+        return None
+
+
+def bundle_trusts(bundle_b64: str | None, ca_pem: str) -> bool:
+    """Whether a caBundle holds ``ca_pem``."""
+    return any(pem.strip() == ca_pem.strip() for pem in _pems(bundle_b64))
 
 
 def ca_bundle_of(configuration: dict[str, Any] | None) -> str | None:
