@@ -19,9 +19,14 @@ AGENT_USER = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-agent"
 NODE_NAME_KEY = "authentication.kubernetes.io/node-name"
 
 
+AGENT_POLICY = f"{RELEASE}-agent-node-self-patch"
+OPERATOR_USER = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-operator"
+OPERATOR_POLICY = f"{RELEASE}-operator-webhook-guard"
+
+
 @functools.cache
-def _policy() -> dict[str, Any]:
-    return find(render(), "ValidatingAdmissionPolicy")
+def _policy(name: str = AGENT_POLICY) -> dict[str, Any]:
+    return find(render(), "ValidatingAdmissionPolicy", name)
 
 
 def admit(
@@ -29,13 +34,24 @@ def admit(
 ) -> tuple[bool, list[str]]:
     """(allowed, messages) for an UPDATE of Node ``old`` to ``new`` by ``user`` whose token
     names ``node`` (None: a token without node information)."""
-    spec = _policy()["spec"]
-    env = celpy.Environment()
     user_info: dict[str, Any] = {"username": user, "groups": ["system:serviceaccounts"]}
     if node is not None:
         user_info["extra"] = {NODE_NAME_KEY: [node], "authentication.kubernetes.io/pod-name": ["p"]}
+    return evaluate_policy(_policy(), "UPDATE", user_info, new, old)
+
+
+def evaluate_policy(
+    policy: dict[str, Any],
+    operation: str,
+    user_info: dict[str, Any],
+    new: dict[str, Any],
+    old: dict[str, Any] | None,
+) -> tuple[bool, list[str]]:
+    """(allowed, messages): ``policy`` evaluated as the API server does, with cel-python."""
+    spec = policy["spec"]
+    env = celpy.Environment()
     activation: dict[str, Any] = {
-        "request": celpy.json_to_cel({"operation": "UPDATE", "userInfo": user_info}),
+        "request": celpy.json_to_cel({"operation": operation, "userInfo": user_info}),
         "object": celpy.json_to_cel(new),
         "oldObject": celpy.json_to_cel(old),
     }
@@ -46,7 +62,7 @@ def admit(
     if not all(bool(evaluate(c["expression"])) for c in spec["matchConditions"]):
         return True, ["not matched"]
     variables: dict[str, Any] = {}
-    for variable in spec["variables"]:
+    for variable in spec.get("variables", []):
         activation["variables"] = celpy.json_to_cel({}) if not variables else _as_cel(variables)
         variables[variable["name"]] = evaluate(variable["expression"])
     activation["variables"] = _as_cel(variables)
@@ -167,8 +183,8 @@ def test_the_agent_account_is_matched_in_any_namespace() -> None:
 
 def test_the_policy_binds_with_deny_and_fails_closed() -> None:
     objects = render()
-    policy = find(objects, "ValidatingAdmissionPolicy")
-    binding = find(objects, "ValidatingAdmissionPolicyBinding")
+    policy = find(objects, "ValidatingAdmissionPolicy", AGENT_POLICY)
+    binding = find(objects, "ValidatingAdmissionPolicyBinding", AGENT_POLICY)
     assert policy["spec"]["failurePolicy"] == "Fail"
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
@@ -176,3 +192,91 @@ def test_the_policy_binds_with_deny_and_fails_closed() -> None:
     assert rules == [
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}
     ]
+
+
+# ---- the operator's webhook configurations ----
+
+
+def _configuration(**changes: Any) -> dict[str, Any]:
+    """What the operator writes (render.webhooks), with ``changes`` to its webhook."""
+    from wcow_operator.render.webhooks import Endpoint, webhook_configuration
+
+    body = webhook_configuration(
+        "mutating",
+        Endpoint(service_namespace=NAMESPACE, service_name=f"{RELEASE}-operator-webhook"),
+        ["hv"],
+        ["kube-system", NAMESPACE],
+        ca_bundle=None,
+    )
+    body["webhooks"][0].update(changes)
+    return body
+
+
+def guard(body: dict[str, Any], user: str = OPERATOR_USER) -> tuple[bool, list[str]]:
+    user_info = {"username": user, "groups": ["system:serviceaccounts"]}
+    return evaluate_policy(_policy(OPERATOR_POLICY), "CREATE", user_info, body, None)
+
+
+def test_the_operator_may_write_its_own_webhook_configuration() -> None:
+    assert guard(_configuration()) == (True, [])
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"metadata": {"name": "intercept-everything"}}, "only the webhook configuration"),
+        ({"clientConfig": {"url": "https://attacker.example.com/"}}, "only its own webhook"),
+        (
+            {"clientConfig": {"service": {"namespace": "default", "name": "evil", "port": 443}}},
+            "only its own webhook",
+        ),
+        (
+            {
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["secrets"],
+                        "operations": ["CREATE"],
+                        "scope": "*",
+                    }
+                ]
+            },
+            "only the creation of pods",
+        ),
+        (
+            {
+                "rules": [
+                    {
+                        "apiGroups": ["*"],
+                        "apiVersions": ["*"],
+                        "resources": ["*"],
+                        "operations": ["*"],
+                        "scope": "*",
+                    }
+                ]
+            },
+            "only the creation of pods",
+        ),
+    ],
+    ids=["other-name", "url", "other-service", "secrets", "everything"],
+)
+def test_a_stolen_operator_token_cannot_register_another_webhook(
+    change: dict[str, Any], why: str
+) -> None:
+    body = _configuration()
+    if "metadata" in change:
+        body["metadata"].update(change["metadata"])
+    else:
+        body["webhooks"][0].update(change)
+    allowed, messages = guard(body)
+    assert not allowed
+    assert any(why in m for m in messages), messages
+
+
+def test_the_guard_only_restricts_the_operator() -> None:
+    body = _configuration(clientConfig={"url": "https://other.example.com/"})
+    body["metadata"]["name"] = "someone-elses"
+    assert guard(body, user="system:serviceaccount:kube-system:other-operator")[0]
+    moved = f"system:serviceaccount:windows-runtime:{RELEASE}-operator"
+    assert not guard(_configuration(), user=moved)[0]  # its Service is in wcow-system

