@@ -176,8 +176,9 @@ def test_configurations_belong_to_the_cluster_role_so_uninstall_removes_them() -
 
 
 def test_nothing_is_written_while_the_owning_cluster_role_is_missing() -> None:
-    """During an uninstall the ClusterRole goes first: a configuration written then would
-    outlive the operator and make every pod of a wcow class wait for a dead webhook."""
+    """While the owner is missing (deleted by an uninstall, or a ClusterRole name that does not
+    exist when the rights come from elsewhere), a configuration written would have no owner to
+    be collected with and could outlive the operator, refusing every pod of a wcow class."""
     api = OwnedApi(None)
     keeper = _owned_keeper(api)
     with pytest.raises(OwnerMissingError, match="ClusterRole wcow-webhook"):

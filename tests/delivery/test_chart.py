@@ -182,6 +182,8 @@ def test_defaults_install_the_operator_the_agent_and_their_guard() -> None:
             # the policy that holds the operator's writes to them
             "ClusterRole", "ClusterRoleBinding", "Service",
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+            # two operator replicas by default: a PodDisruptionBudget keeps one
+            "PodDisruptionBudget",
         ]
     )  # fmt: skip
 
@@ -658,7 +660,10 @@ def test_cert_manager_with_an_issuer_of_yours_makes_no_ca() -> None:
 
 
 def test_several_replicas_keep_the_webhook_through_node_drains() -> None:
-    assert not [o for o in render() if o["kind"] == "PodDisruptionBudget"]
+    assert not [
+        o for o in render({"operator": {"replicas": 1}}) if o["kind"] == "PodDisruptionBudget"
+    ]
+    assert find(render(), "Deployment")["spec"]["replicas"] == 2  # the default: no single point
     deployment, _ = _operator({"operator": {"replicas": 3}})
     budget = find(render({"operator": {"replicas": 3}}), "PodDisruptionBudget")
     assert budget["spec"]["maxUnavailable"] == 1

@@ -230,7 +230,9 @@ def test_the_charts_webhook_answers_through_its_service_and_leaves_with_the_rele
             assert "may write only the webhook configuration" in str(refused.value.body)
 
         # Uninstall with the operator still running, as a real uninstall races it: the garbage
-        # collector removes both configurations, and the operator writes none back.
+        # collector removes both configurations, and none comes back (here the binding goes
+        # too, so the operator could not write; its own guard against writing without the
+        # owner is tests/admission/test_webhook_config.py's).
         helm = helm_python.Config(kubeconfig_path=kubeconfig, namespace=install.namespace)
         try:
             helm.uninstall(install.release, timeout=120)

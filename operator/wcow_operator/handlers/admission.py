@@ -143,7 +143,8 @@ def register(
     """The mutating and validating handlers (the decision is pure and fast: no thread).
 
     Before the operator has listed the profiles once it cannot tell a wcow pod from another,
-    so it refuses (the API server retries or the user does) rather than admit unchecked."""
+    so it refuses (the pod's controller or the user tries again; the API server does not)
+    rather than admit unchecked."""
 
     def known_profiles() -> dict[str, WindowsRuntimeProfile]:
         if not synced():
