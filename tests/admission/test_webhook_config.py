@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import urllib3
 
 from wcow_operator import rbac
 from wcow_operator.handlers.admission import OwnerMissingError, WebhookKeeper, WebhookSettings
@@ -337,3 +338,36 @@ def test_with_cert_manager_a_replica_is_published_only_once_the_injected_ca_is_i
     (mounted / "ca.crt").write_text(Authority("renewed").ca_pem, encoding="ascii")
     keeper.sync()
     assert not keeper.published.is_set()
+
+
+class FlakyApi(FakeApi):
+    """An API server that drops the connection, then fails in a way nobody foresaw."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures: list[Exception] = [
+            urllib3.exceptions.MaxRetryError(None, "/apis", "connection refused"),  # type: ignore[arg-type]
+            RuntimeError("something unforeseen"),
+        ]
+
+    def read(self, kind: str) -> dict[str, Any] | None:
+        if self.failures:
+            raise self.failures.pop(0)
+        return super().read(kind)
+
+
+def test_the_keeper_outlives_a_dropped_connection_and_an_unforeseen_error() -> None:
+    api = FlakyApi()
+    settings = WebhookSettings(
+        port=9443, endpoint=Endpoint(url="https://127.0.0.1:9443"), excluded_namespaces=("x",)
+    )
+    keeper = WebhookKeeper(api, settings, self_signed(["127.0.0.1"]), lambda: ["hv"])
+    stop = threading.Event()
+    thread = threading.Thread(target=keeper.run, args=(stop,), kwargs={"interval": 0.01})
+    thread.start()
+    try:
+        assert keeper.published.wait(5)
+        assert set(api.objects) == {"mutating", "validating"}
+    finally:
+        stop.set()
+        thread.join()

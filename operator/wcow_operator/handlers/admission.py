@@ -295,6 +295,14 @@ class WebhookKeeper:
         for kind in KINDS:
             stored[kind], wrote = self._sync_one(kind)
             writes += wrote
+            if not all(hook.get("matchConditions") for hook in stored[kind].get("webhooks") or []):
+                log.error(
+                    "the API server dropped the %s webhook's matchConditions (Kubernetes before "
+                    "1.28, or the AdmissionWebhookMatchConditions feature gate off): every pod "
+                    "outside the excluded namespaces now reaches this webhook, and while it is "
+                    "down none can be created; upgrade, enable the gate or disable the webhook",
+                    kind,
+                )
         if self._trusted(stored.values()):
             self.published.set()
         else:
