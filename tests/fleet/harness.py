@@ -29,6 +29,7 @@ from tests.e2e.operator_harness import (
     operator_command,
     profile,
     profiles_cleaned_up,
+    read_plan,
     wait_for,
 )
 from wcow_agent.host.simulated import HostSettings, effective_runtimes, parse_fault
@@ -212,12 +213,24 @@ def whole_loop(
     with its node; deleting a profile removes its table and label from every node.
 
     Two fleets: ``nodes`` Windows Server 2022 hosts with Hyper-V (one of them, ``<prefix>w2``,
-    fails the ``flaky`` handler's canary) and two without Hyper-V."""
+    fails the ``flaky`` handler's canary) and two without Hyper-V.
+
+    Pacing is not what this loop is about (tests/fleet/paced.py and test_fleet_rollout.py
+    are), so the operator runs with ``--max-unavailable 100%``: every node is let in to a
+    plan change at once. At the default (10%: one node at a time here) the outcome would
+    hang on timing: a node with none of the agent's tables takes the first plan at once, but
+    every later plan change is paced, and the failing canary on ``<prefix>w2`` halts that
+    rollout by design, so the nodes after it would never get ``flaky`` whenever the
+    operator's (debounced) pass wrote a plan before it had seen all four profiles. ``flaky``
+    is created only once the plan holds the other three, so it is always such a later,
+    paced change, halted on ``<prefix>w2`` after every node was let in."""
     hv, proc, future, flaky = (f"{prefix}-{s}" for s in ("hv", "proc", "future", "flaky"))
     bad_node = f"{prefix}w{2:0{len(str(nodes))}d}"
     custom = client.CustomObjectsApi(api)
     with (
-        running_operator(kubeconfig, namespace, workdir / "operator.log") as operator,
+        running_operator(
+            kubeconfig, namespace, workdir / "operator.log", "--max-unavailable", "100%"
+        ) as operator,
         running_fleet(
             kubeconfig,
             workdir / "hv",
@@ -249,9 +262,18 @@ def whole_loop(
             ),
             profile(proc, isolation="Process"),
             profile(future, isolation="HyperV", windowsBuild="ltsc2025"),
-            profile(flaky, isolation="Process"),
         ):
             custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+        # The failing handler as a change to a plan the nodes already have (see above).
+        operator.until(
+            "a plan with the first three handlers",
+            lambda: (
+                {hv, proc, future} <= set((read_plan(api, namespace) or {}).get("handlers", {}))
+            ),
+        )
+        custom.create_cluster_custom_object(
+            GROUP, VERSION, PLURAL, profile(flaky, isolation="Process")
+        )
 
         # Every node that can run a handler has its table, proven: the ready label.
         hyperv_nodes = list(fleet.nodes)
