@@ -14,6 +14,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -170,23 +171,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     leading = threading.Event()
 
+    reconciled = threading.Event()  # the reconciler has finished its last pass
+
     def lead() -> None:
         leading.set()
         metrics.leader.set(1)
         log.info("reconciling as %s", identity)
-        runner.run(stop)
+        try:
+            runner.run(stop)
+        finally:
+            reconciled.set()
 
-    def live() -> tuple[bool, str]:
-        # A reconciler stuck for several resync periods is not alive; standby replicas are.
-        stuck = leading.is_set() and time.monotonic() - runner.heartbeat > max(
-            3 * settings.resync_seconds, 120
-        )
-        return (not stuck, "stuck" if stuck else "ok")
-
-    registry = kopf.OperatorRegistry()
-    # A registry of our own has no login handler: use the kubernetes client's credentials
-    # (in-cluster service account, or the kubeconfig), as the default registry would.
-    kopf.on.login(registry=registry)(kopf.login_via_client)
+    registry = new_registry()
     keeper = (
         start_admission_webhook(
             registry,
@@ -201,21 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else None
     )
 
-    draining = threading.Event()
-
-    def ready() -> tuple[bool, str]:
-        if draining.is_set():
-            return False, "shutting down"
-        # Every replica serves the webhook: the Service may send it a pod only once it knows
-        # the profiles and the API server trusts its certificate.
-        if keeper is not None and not keeper.published.is_set():
-            return False, "webhook configurations not yet written with this replica's CA"
-        if not leading.is_set():
-            return True, "standby"
-        ok = runner.last_pass_ok is not None
-        return ok, "ok" if ok else "no successful reconcile yet"
-
-    serve_health(settings.health_port, live, ready)
+    probes = Probes(runner, leading, keeper, settings.resync_seconds)
+    serve_health(settings.health_port, probes.live, probes.ready)
     if settings.leader_election:
         in_background(
             "leader-election", run_with_leader_election, OPERATOR_LEASE, settings.namespace,
@@ -224,8 +207,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         in_background("reconciler", lead)
 
-    # Every replica keeps its cache warm, so a new leader plans from memory at once.
-    for watched in watched_collections(settings.namespace):
+    start_informers(api, cache, settings.namespace, metrics, stop)
+    log.info("wcow-operator starting: namespace=%s", settings.namespace)
+    stopped_by_signal = True
+    try:
+        if keeper is None:
+            kopf.run(registry=registry, standalone=True, clusterwide=True)
+        else:
+            stopped_by_signal = serve_draining(
+                registry, probes.draining, settings.shutdown_delay_seconds
+            )
+    finally:
+        stop.set()
+        runner.trigger()
+        if leading.is_set():
+            reconciled.wait(timeout=10)  # let a pass in flight finish its writes
+    return 0 if stopped_by_signal else 1
+
+
+def new_registry() -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+    # A registry of our own has no login handler: use the kubernetes client's credentials
+    # (in-cluster service account, or the kubeconfig), as the default registry would.
+    kopf.on.login(registry=registry)(kopf.login_via_client)
+    return registry
+
+
+def start_informers(
+    api: KubernetesApi, cache: ClusterCache, namespace: str, metrics: Metrics,
+    stop: threading.Event,
+) -> None:  # fmt: skip
+    """Every replica keeps its cache warm, so a new leader plans from memory at once."""
+    for watched in watched_collections(namespace):
         threading.Thread(
             target=run_informer,
             args=(api, watched, cache, stop),
@@ -233,16 +246,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             name=f"watch-{watched.kind}",
             daemon=True,
         ).start()
-    log.info("wcow-operator starting: namespace=%s", settings.namespace)
-    try:
-        if keeper is None:
-            kopf.run(registry=registry, standalone=True, clusterwide=True)
-        else:
-            serve_draining(registry, draining, settings.shutdown_delay_seconds)
-    finally:
-        stop.set()
-        runner.trigger()
-    return 0
+
+
+@dataclass
+class Probes:
+    """/healthz and /readyz."""
+
+    runner: Runner
+    leading: threading.Event
+    keeper: WebhookKeeper | None
+    resync_seconds: float
+    draining: threading.Event = field(default_factory=threading.Event)
+
+    def live(self) -> tuple[bool, str]:
+        # A reconciler stuck for several resync periods is not alive; standby replicas are.
+        stuck = self.leading.is_set() and time.monotonic() - self.runner.heartbeat > max(
+            3 * self.resync_seconds, 120
+        )
+        return (not stuck, "stuck" if stuck else "ok")
+
+    def ready(self) -> tuple[bool, str]:
+        if self.draining.is_set():
+            return False, "shutting down"
+        # Every replica serves the webhook: the Service may send it a pod only once it knows
+        # the profiles and the API server trusts its certificate.
+        if self.keeper is not None and not self.keeper.published.is_set():
+            return False, "the API server does not trust this replica's webhook certificate yet"
+        if not self.leading.is_set():
+            return True, "standby"
+        ok = self.runner.last_pass_ok is not None
+        return ok, "ok" if ok else "no successful reconcile yet"
 
 
 class _NotInMainThread(logging.Filter):
@@ -255,12 +288,12 @@ class _NotInMainThread(logging.Filter):
 
 def serve_draining(
     registry: kopf.OperatorRegistry, draining: threading.Event, delay: float
-) -> None:
+) -> bool:
     """kopf (and so the webhook server) in a thread of its own. On SIGTERM or SIGINT this
     replica reports not ready and keeps answering admissions for ``delay`` seconds, so the
     Service's endpoints drop it before it stops: the API server does not retry a webhook call
     that fails, and for the wcow classes a failed call refuses the pod. A second signal ends
-    the wait."""
+    the wait. False if kopf stopped on its own (a failure: it logged why)."""
     stop_kopf = threading.Event()
     terminated = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -276,13 +309,15 @@ def serve_draining(
     thread.start()
     while not terminated.wait(0.5):
         if not thread.is_alive():
-            return  # kopf stopped on its own
+            log.error("kopf stopped on its own (see above): exiting")
+            return False
     draining.set()
     log.info("terminating: not ready, answering admissions for %.0f s more", delay)
     terminated.clear()
     terminated.wait(delay)
     stop_kopf.set()
     thread.join(timeout=30)
+    return True
 
 
 if __name__ == "__main__":
