@@ -674,3 +674,9 @@ def parse_settings_for(container: Obj) -> Any:
     from wcow_operator.settings import parse_settings
 
     return parse_settings(container["args"], {"POD_NAMESPACE": NAMESPACE})
+
+
+def test_notes_tell_that_the_webhook_is_on_and_where_its_certificate_comes_from() -> None:
+    assert f"Service {WEBHOOK}, 443 -> 9443" in notes()
+    assert "get certificate" in notes(MATRIX["webhook-cert-manager"])
+    assert "webhook" not in notes(MATRIX["no-webhook"])
