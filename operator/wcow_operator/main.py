@@ -76,6 +76,11 @@ def in_background(name: str, target: Callable[..., object], *args: object) -> No
     threading.Thread(target=target, args=args, name=name, daemon=True).start()
 
 
+def pod_identity() -> str:
+    """This replica's name: the leader-election identity and its webhook CA's name."""
+    return os.environ.get("POD_NAME") or socket.gethostname()
+
+
 def webhook_settings(settings: OperatorSettings) -> WebhookSettings:
     if settings.webhook_url:
         endpoint = Endpoint(url=settings.webhook_url)
@@ -92,7 +97,7 @@ def webhook_settings(settings: OperatorSettings) -> WebhookSettings:
         ca_injection_from=settings.webhook_ca_injection_from or None,
         owner_clusterrole=settings.webhook_owner_clusterrole or None,
         hosts=hosts,
-        identity=os.environ.get("POD_NAME") or socket.gethostname(),
+        identity=pod_identity(),
         listen="127.0.0.1" if settings.webhook_url else "0.0.0.0",  # noqa: S104 - via Service
     )
 
@@ -151,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             verb=verb, resource=resource
         ).inc(),
     )
-    identity = os.environ.get("POD_NAME") or socket.gethostname()
+    identity = pod_identity()
     cache = ClusterCache()
     controller = Controller(
         api,

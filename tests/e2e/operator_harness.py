@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -187,11 +188,31 @@ def running_operator(ns: str, *extra: str, ready: bool = True) -> Iterator[dict[
 
 
 def _ok(url: str) -> bool:
+    return http_status(url) == 200
+
+
+def http_status(url: str) -> int:
+    """The HTTP status of a GET (0: no answer)."""
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
     except OSError:
-        return False
+        return 0
+
+
+def windows_pod(
+    name: str, runtime_class: str | None, **resources: dict[str, str]
+) -> dict[str, Any]:
+    """A one-container Windows pod, with ``resources`` (limits=..., requests=...) if given."""
+    container: dict[str, Any] = {"name": "app", "image": "mcr.microsoft.com/windows/nanoserver"}
+    if resources:
+        container["resources"] = resources
+    spec: dict[str, Any] = {"containers": [container], "automountServiceAccountToken": False}
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
 def metric(port: int, name: str) -> float:

@@ -9,8 +9,6 @@ for real, so the admitted spec includes the API server's own RuntimeClass admiss
 from __future__ import annotations
 
 import contextlib
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,27 +18,19 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.e2e.operator_harness import (
     free_port,
+    http_status,
     installed_crd,
     namespace,
     profile,
     profiles_cleaned_up,
     running_operator,
     wait_for,
+    windows_pod,
 )
 from wcow_operator.api.v1alpha1 import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
 from wcow_operator.render.webhooks import WEBHOOK_CONFIGURATION
 
 pytestmark = pytest.mark.e2e
-
-
-def _pod(name: str, runtime_class: str | None, **resources: dict[str, str]) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "app", "image": "mcr.microsoft.com/windows/nanoserver"}
-    if resources:
-        container["resources"] = resources
-    spec: dict[str, Any] = {"containers": [container], "automountServiceAccountToken": False}
-    if runtime_class:
-        spec["runtimeClassName"] = runtime_class
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
 def _create(core: client.CoreV1Api, ns: str, body: dict[str, Any], *, dry_run: bool) -> Any:
@@ -53,16 +43,6 @@ def _refusal(core: client.CoreV1Api, ns: str, body: dict[str, Any]) -> str:
     with pytest.raises(ApiException) as caught:
         core.create_namespaced_pod(ns, body, dry_run="All")
     return str(caught.value.body)
-
-
-def _status_code(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as error:
-        return int(error.code)
-    except OSError:
-        return 0
 
 
 def _delete_configurations(kube: client.ApiClient) -> None:
@@ -129,7 +109,8 @@ def test_admission_on_the_real_api_server(cluster: dict[str, Any]) -> None:
     core, ns = cluster["core"], cluster["ns"]
     limits = {"limits": {"cpu": "3", "memory": "3Gi"}}
     for dry_run in (True, False):
-        admitted = _create(core, ns, _pod("sized", cluster["sized"], **limits), dry_run=dry_run)
+        sized = windows_pod("sized", cluster["sized"], **limits)
+        admitted = _create(core, ns, sized, dry_run=dry_run)
         annotations = admitted["metadata"]["annotations"]
         assert annotations[ANNOTATION_PROCESSOR_COUNT] == "3"
         assert annotations[ANNOTATION_MEMORY_MB] == str(3072 + 512)
@@ -139,13 +120,13 @@ def test_admission_on_the_real_api_server(cluster: dict[str, Any]) -> None:
     stored = core.read_namespaced_pod("sized", ns).metadata.annotations
     assert stored[ANNOTATION_PROCESSOR_COUNT] == "3"
 
-    fixed = _create(core, ns, _pod("fixed", cluster["fixed"], **limits), dry_run=True)
+    fixed = _create(core, ns, windows_pod("fixed", cluster["fixed"], **limits), dry_run=True)
     assert ANNOTATION_PROCESSOR_COUNT not in (fixed["metadata"].get("annotations") or {})
 
-    too_big = _refusal(core, ns, _pod("big", cluster["sized"], limits={"cpu": "12"}))
+    too_big = _refusal(core, ns, windows_pod("big", cluster["sized"], limits={"cpu": "12"}))
     assert "VMTooLarge" in too_big
     assert "maxProcessorCount 8" in too_big
-    host = _pod("host", cluster["sized"])
+    host = windows_pod("host", cluster["sized"])
     host["spec"]["securityContext"] = {"windowsOptions": {"hostProcess": True}}
     host["spec"]["hostNetwork"] = True
     assert "HostProcessWithHyperV" in _refusal(core, ns, host)
@@ -156,14 +137,14 @@ def test_admission_on_the_real_api_server(cluster: dict[str, Any]) -> None:
     health = cluster["operator"]["health"]
     running.terminate()
     wait_for("the terminating operator to report not ready",
-             lambda: _status_code(f"http://127.0.0.1:{health}/readyz") == 503)  # fmt: skip
+             lambda: http_status(f"http://127.0.0.1:{health}/readyz") == 503)  # fmt: skip
     assert running.poll() is None
-    during = _create(core, ns, _pod("draining", cluster["sized"], **limits), dry_run=True)
+    during = _create(core, ns, windows_pod("draining", cluster["sized"], **limits), dry_run=True)
     assert during["metadata"]["annotations"][ANNOTATION_PROCESSOR_COUNT] == "3"
     running.wait(timeout=30)
 
     # The webhook down: pods of other classes and without one pass; wcow pods wait.
     for name, runtime_class in (("plain", None), ("other", cluster["other"])):
-        assert _create(core, ns, _pod(name, runtime_class), dry_run=False)["metadata"]["uid"]
-    down = _refusal(core, ns, _pod("unsized", cluster["sized"], **limits))
+        assert _create(core, ns, windows_pod(name, runtime_class), dry_run=False)["metadata"]["uid"]
+    down = _refusal(core, ns, windows_pod("unsized", cluster["sized"], **limits))
     assert "failed calling webhook" in down

@@ -38,14 +38,15 @@ from tests.e2e.operator_harness import (
     PLURAL,
     VERSION,
     free_port,
+    http_status,
     installed_crd,
     namespace,
     profile,
     profiles_cleaned_up,
     running_operator,
     wait_for,
+    windows_pod,
 )
-from tests.e2e.test_admission import _status_code
 from tests.e2e.test_delivery import (  # noqa: F401 - install is a fixture
     Install,
     install,
@@ -245,22 +246,7 @@ def test_the_charts_webhook_answers_through_its_service_and_leaves_with_the_rele
 
 
 def _sized_pod(runtime_class: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "sized"},
-        "spec": {
-            "runtimeClassName": runtime_class,
-            "automountServiceAccountToken": False,
-            "containers": [
-                {
-                    "name": "app",
-                    "image": "mcr.microsoft.com/windows/nanoserver",
-                    "resources": {"limits": {"cpu": "3", "memory": "3Gi"}},
-                }
-            ],
-        },
-    }
+    return windows_pod("sized", runtime_class, limits={"cpu": "3", "memory": "3Gi"})
 
 
 def _cert_manager_secret(certificate: dict[str, Any], folder: Path) -> str:
@@ -362,7 +348,7 @@ def test_with_cert_manager_the_webhook_serves_the_mounted_certificate_and_keeps_
                 lambda: "x509" in _refusal_text(core, pods, _sized_pod(sized)),
             )
             # Not ready either, so the Service sends it nothing yet.
-            assert _status_code(readyz) == 503
+            assert http_status(readyz) == 503
             bundle = base64.b64encode(ca_pem.encode("ascii")).decode("ascii")
             for kind in ("mutating", "validating"):
                 patch = [{"op": "add", "path": "/webhooks/0/clientConfig/caBundle",
@@ -376,7 +362,7 @@ def test_with_cert_manager_the_webhook_serves_the_mounted_certificate_and_keeps_
             )
             assert admitted.metadata.annotations[ANNOTATION_PROCESSOR_COUNT] == "3"
             wait_for("the operator ready once its CA is trusted",
-                     lambda: _status_code(readyz) == 200, timeout=30)  # fmt: skip
+                     lambda: http_status(readyz) == 200, timeout=30)  # fmt: skip
             # A new profile: the operator rewrites the configurations and keeps the CA.
             _create_sized_profile(kube, second)
             for configuration in _configurations(kube):

@@ -43,6 +43,9 @@ from wcow_operator.render.webhooks import (
 log = logging.getLogger(__name__)
 
 
+NOT_READY = "OperatorNotReady"  # a refusal reason of the webhook, not of the decision
+
+
 class AdmissionMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.admitted = Counter(
@@ -61,7 +64,7 @@ class AdmissionMetrics:
             ["reason"],
             registry=registry,
         )
-        for reason in (*REASONS, "OperatorNotReady"):
+        for reason in (*REASONS, NOT_READY):
             self.refused.labels(reason=reason)
 
 
@@ -129,9 +132,6 @@ def _replace_with(admitted: dict[str, Any]) -> Callable[[kopf.RawBody], None]:
         raw.update(copy.deepcopy(admitted))
 
     return apply
-
-
-NOT_READY = "OperatorNotReady"
 
 
 def register(
