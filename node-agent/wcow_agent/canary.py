@@ -220,6 +220,13 @@ def pod_config(spec: CanarySpec, run_id: str, log_root: str) -> dict[str, Any]:
     }
 
 
+# The probe reads two environment values; it needs no rights. The image comes from the plan,
+# and the container is started through CRI, where no admission policy sees it: run it as the
+# unprivileged account every Windows base image has, never as the image's default user
+# (often ContainerAdministrator), and with no mounts and no HostProcess.
+PROBE_USER = "ContainerUser"
+
+
 def probe_container_config(image: str, run_id: str) -> dict[str, Any]:
     return {
         "metadata": {"name": "probe", "attempt": 0},
@@ -227,6 +234,7 @@ def probe_container_config(image: str, run_id: str) -> dict[str, Any]:
         "command": list(KEEPALIVE_COMMAND),
         "log_path": "probe.log",
         "labels": {CANARY_LABEL: "true", RUN_LABEL: run_id},
+        "windows": {"security_context": {"run_as_username": PROBE_USER}},
     }
 
 

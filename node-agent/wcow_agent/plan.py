@@ -1,29 +1,48 @@
-"""Read the plan the operator (or ``wcow render``) wrote, refusing what this agent cannot use.
+"""Read the plan the operator (or ``wcow render``) wrote, refusing anything it would not write.
 
-The hash proves the plan was not damaged, not that whoever computed it validated it (a plan
-is a file anyone can write for ``merge``). So every entry is checked again with the
-operator's own model and validators, and a bad one is refused naming its field, before any
-of it reaches config.toml.
+The hash proves the plan was not damaged, not who wrote it: anyone who can write the plan
+ConfigMap (or hand ``merge`` a file) can re-hash a forged plan in one line. So an entry is
+accepted only if it is exactly what the operator's renderer makes of the profile spec the
+entry carries, after that spec passed the profile model: the agent renders the entry again
+(``plan_entry``) and compares, key by key and type by type. There is no second list of
+allowed keys to drift from the renderer; what a plan can make a node do is what a valid
+profile can, and the model decides that (runtime type and path, runhcs options and their
+values, annotations). A bad entry is refused naming its handler, field and value (bounded,
+escaped), before any of it reaches config.toml.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Final
 
-from pydantic import BaseModel, ValidationError
-
-from wcow_operator.api.runhcs_options import RUNHCS_OPTIONS
-from wcow_operator.api.v1alpha1 import CanarySpec, ContainerdSpec, VMSpec
+from wcow_operator.api.errors import ProfileInvalidError, parse_profile
+from wcow_operator.api.safe_text import printable, shown
 from wcow_operator.api.validation import is_dns1123_label
-from wcow_operator.api.windows_builds import parse_windows_build
-from wcow_operator.render.containerd import SANDBOX_ISOLATION
-from wcow_operator.render.plan import PLAN_KIND, PLAN_SCHEMA_VERSION, plan_hash
+from wcow_operator.render.plan import (
+    PLAN_KIND,
+    PLAN_SCHEMA_VERSION,
+    build_plan,
+    entry_document,
+    plan_entry,
+    plan_hash,
+)
+
+MESSAGE_MAX = 400
+# Where a field of the profile document is in a plan entry (``entry_document``).
+_METADATA_FIELDS = {
+    "metadata.name": "profile",
+    "metadata.generation": "generation",
+    "metadata.uid": "uid",
+}
 
 
 class PlanError(ValueError):
     pass
+
+
+_ABSENT: Final = object()
 
 
 def load_plan(text: str, source: str = "plan") -> dict[str, Any]:
@@ -37,7 +56,7 @@ def load_plan(text: str, source: str = "plan") -> dict[str, Any]:
         raise PlanError(f"{source}: not a {PLAN_KIND} document")
     if plan.get("schemaVersion") != PLAN_SCHEMA_VERSION:
         raise PlanError(
-            f"{source}: plan schemaVersion {plan.get('schemaVersion')!r} is not "
+            f"{source}: plan schemaVersion {shown(plan.get('schemaVersion'))} is not "
             f"{PLAN_SCHEMA_VERSION}: upgrade wcow-agent to match the operator"
         )
     body = {key: value for key, value in plan.items() if key != "hash"}
@@ -51,118 +70,108 @@ def load_plan(text: str, source: str = "plan") -> dict[str, Any]:
         if problem is not None:
             field, message = problem
             raise PlanError(f"{source}: handlers.{field}: {message}")
+    # Every entry is the renderer's; the document around them must be too (runtimesPath is
+    # never read, the agent has its own, but a plan that differs is not the operator's).
+    found = first_difference(plan, build_plan(handlers))
+    if found is not None:
+        path, got, _ = found
+        raise PlanError(f"{source}: {path}: {_not_rendered(got)}")
     return plan
 
 
-def entry_problem(handler: str, entry: Any) -> tuple[str, str] | None:
-    """(field, why) for the first thing wrong with one plan entry; None when nothing is.
-    The checks are the profile model's (``wcow_operator.api``)."""
-    if not is_dns1123_label(handler):
+def entry_problem(handler: Any, entry: Any) -> tuple[str, str] | None:
+    """(field, why) for the first thing wrong with one plan entry; None when it is exactly
+    what the operator renders from the spec it carries."""
+    shape = _shape_problem(handler, entry)
+    if shape is not None:
+        return shape
+    try:
+        profile = parse_profile(entry_document(entry))
+    except ProfileInvalidError as error:
+        first = error.problems[0]
+        field = _METADATA_FIELDS.get(first.field, first.field)
+        return f"{handler}.{field}", _bounded(str(first))
+    if profile.handler != handler:
         return (
-            repr(handler),
+            f"{handler}.spec.handler",
+            f"names handler {shown(profile.handler)}, but the entry is for {handler!r}",
+        )
+    found = first_difference(entry, plan_entry(profile))
+    if found is None:
+        return None
+    path, got, expected = found
+    return f"{handler}.{path}", _not_rendered(got, expected)
+
+
+def _shape_problem(handler: Any, entry: Any) -> tuple[str, str] | None:
+    if not isinstance(handler, str) or not is_dns1123_label(handler):
+        return (
+            shown(handler),
             "not a containerd handler name: a DNS-1123 label (lowercase letters, digits and "
             "'-', at most 63 characters), as spec.handler must be",
         )
     if not isinstance(entry, dict):
         return handler, f"must be an object, not {type(entry).__name__}"
-    for check in (_isolation_problem, _build_problem, _parts_problem, _runtime_problem):
-        found = check(entry)
-        if found:
-            return f"{handler}.{found[0]}", found[1]
+    if not isinstance(entry.get("spec"), dict):
+        return (
+            f"{handler}.spec",
+            "missing: the entry does not carry the profile spec it was rendered from, so "
+            "this agent cannot check it (a plan from wcow-operator older than this agent, or "
+            "written by hand: upgrade the operator, or render the plan with `wcow render`)",
+        )
     return None
 
 
-def _isolation_problem(entry: Mapping[str, Any]) -> tuple[str, str] | None:
-    isolation = entry.get("isolation")
-    if isolation in SANDBOX_ISOLATION:
-        return None
-    return "isolation", f"must be one of {', '.join(SANDBOX_ISOLATION)} (got {isolation!r})"
+def _not_rendered(got: Any, expected: Any = _ABSENT) -> str:
+    if got is _ABSENT:
+        why = f"missing (wcow-runtime renders {shown(expected)} here)"
+    elif expected is _ABSENT:
+        why = f"{shown(got)}: wcow-runtime never renders this field"
+    else:
+        why = (
+            f"{shown(got)} is not what wcow-runtime renders from this entry's spec "
+            f"({shown(expected)})"
+        )
+    return f"{why}; the plan was not written by wcow-operator (or by another version of it)"
 
 
-def _build_problem(entry: Mapping[str, Any]) -> tuple[str, str] | None:
-    build = entry.get("windowsBuild")
-    if build is None:
-        return None
-    if not isinstance(build, str):
-        return "windowsBuild", f"must be a string (got {build!r})"
-    try:
-        parse_windows_build(build)
-    except ValueError as error:
-        return "windowsBuild", str(error)
+def _bounded(message: str) -> str:
+    return printable(message, MESSAGE_MAX)
+
+
+def first_difference(got: Any, expected: Any, path: str = "") -> tuple[str, Any, Any] | None:
+    """(path, value found, value expected) of the first place where ``got`` is not exactly
+    ``expected`` (JSON-equal with the same types: ``true`` is not ``1``); ``_ABSENT`` stands
+    for a missing key. Keys that are there come first (what a writer added or changed), in
+    sorted order, then keys that are missing. None when they are the same."""
+    if isinstance(got, Mapping) and isinstance(expected, Mapping):
+        return _mapping_difference(got, expected, path)
+    if isinstance(got, list) and isinstance(expected, list):
+        for index, (item, wanted) in enumerate(zip(got, expected, strict=False)):
+            found = first_difference(item, wanted, f"{path}[{index}]")
+            if found is not None:
+                return found
+        return (path, got, expected) if len(got) != len(expected) else None
+    if type(got) is not type(expected) or got != expected:
+        return path, got, expected
     return None
 
 
-def _parts_problem(entry: Mapping[str, Any]) -> tuple[str, str] | None:
-    for name, model in (("vm", VMSpec), ("canary", CanarySpec)):
-        if entry.get(name) is not None:
-            found = _model_problem(model, entry[name])
-            if found:
-                return f"{name}.{found[0]}", found[1]
+def _mapping_difference(
+    got: Mapping[Any, Any], expected: Mapping[Any, Any], path: str
+) -> tuple[str, Any, Any] | None:
+    for key in sorted(got, key=str):
+        if key not in expected:
+            return _path(path, key), got[key], _ABSENT
+        found = first_difference(got[key], expected[key], _path(path, key))
+        if found is not None:
+            return found
+    for key in sorted(expected, key=str):
+        if key not in got:
+            return _path(path, key), _ABSENT, expected[key]
     return None
 
 
-def _model_problem(model: type[BaseModel], data: Any) -> tuple[str, str] | None:
-    try:
-        model.model_validate(data)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "(value)"
-        return where, f"{first['msg']} (got {first.get('input')!r})"
-    return None
-
-
-def _runtime_problem(entry: Mapping[str, Any]) -> tuple[str, str] | None:
-    runtime = entry.get("runtime")
-    if not isinstance(runtime, dict):
-        return "runtime", f"must be the runtimes.<handler> table (got {runtime!r})"
-    found = _table_problem(runtime)
-    return (f"runtime.{found[0]}", found[1]) if found else None
-
-
-def _table_problem(runtime: Mapping[str, Any]) -> tuple[str, str] | None:
-    names = {"runtimeType": "runtime_type", "runtimePath": "runtime_path"}
-    found = _model_problem(
-        ContainerdSpec, {key: runtime[name] for key, name in names.items() if name in runtime}
-    )
-    if found:  # ContainerdSpec names them in camelCase, the table in snake_case
-        return names.get(found[0], found[0]), found[1]
-    for key in ("pod_annotations", "container_annotations"):
-        patterns = runtime.get(key, [])
-        if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
-            return key, f"must be a list of strings (got {patterns!r})"
-    options = runtime.get("options", {})
-    if not isinstance(options, dict):
-        return "options", f"must be a table (got {options!r})"
-    for key, value in options.items():
-        problem = _option_problem(key, value)
-        if problem:
-            return f"options.{key}", f"{problem} (got {value!r})"
-    return None
-
-
-_KIND_RULES: dict[type, tuple[Callable[[Any], bool], str]] = {
-    bool: (lambda v: isinstance(v, bool), "must be true or false"),
-    int: (lambda v: isinstance(v, int) and not isinstance(v, bool), "must be an integer"),
-    str: (lambda v: isinstance(v, str), "must be a string"),
-    dict: (
-        lambda v: (
-            isinstance(v, dict)
-            and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
-        ),
-        "must be a map of strings to strings",
-    ),
-}
-
-
-def _option_problem(key: str, value: Any) -> str | None:
-    """The type rules of ``RUNHCS_OPTIONS`` (the same table the profile's options are
-    checked against); which options a profile may set is the operator's business."""
-    spec = RUNHCS_OPTIONS.get(key)
-    if spec is None:
-        return "not a runhcs option (containerd would drop it silently)"
-    accepts, rule = _KIND_RULES[spec.kind]
-    if not accepts(value):
-        return rule
-    if spec.kind is int and not spec.minimum <= value <= spec.maximum:
-        return f"must be between {spec.minimum} and {spec.maximum}"
-    return None
+def _path(path: str, key: Any) -> str:
+    name = key if isinstance(key, str) and key.isprintable() and len(key) <= 80 else shown(key)
+    return f"{path}.{name}" if path else name

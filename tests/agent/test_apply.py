@@ -529,7 +529,8 @@ def test_without_cri_nothing_is_written_or_restarted(node: FakeNode) -> None:
 
 
 def test_canary_passes_for_a_shim_named_by_runtime_path(node: FakeNode) -> None:
-    plan = make_plan(hyperv(containerd={"runtimePath": r"C:\shims\runhcs-custom.exe"}))
+    shim = r"C:\Program Files\hcsshim\v0.15\containerd-shim-runhcs-v1.exe"
+    plan = make_plan(hyperv(containerd={"runtimePath": shim}))
 
     report = node.agent().reconcile(plan)
 

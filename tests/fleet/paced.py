@@ -121,6 +121,12 @@ def plan_hash(api: client.ApiClient, namespace: str) -> str | None:
     return str(plan["hash"]) if plan else None
 
 
+# A valid profile change that fails on every node: the runhcs shim at a path where no node
+# has one (containerd cannot start it, so every canary fails).
+MISSING_SHIM = r"C:\Program Files\containerd\missing\containerd-shim-runhcs-v1.exe"
+BAD_CHANGE: dict[str, Any] = {"containerd": {"runtimePath": MISSING_SHIM}}
+
+
 def patch_spec(api: client.ApiClient, name: str, spec: dict[str, Any]) -> None:
     client.CustomObjectsApi(api).patch_cluster_custom_object(
         GROUP, VERSION, PLURAL, name, {"spec": spec}
@@ -307,7 +313,7 @@ def good_then_bad_change(
 
         before = {n: fleet.nodes[n].disk_text() for n in names}
         since = time.time()
-        patch_spec(api, hv, {"containerd": {"runtimeType": "io.containerd.bogus.v1"}})
+        patch_spec(api, hv, BAD_CHANGE)
         new_plan(operator, api, namespace, good)
         stop = until(operator, f"{hv} RolloutHalted", lambda: halted(view, hv), explain)
         settle(2.0)

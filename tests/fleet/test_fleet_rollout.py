@@ -36,6 +36,7 @@ from tests.e2e.operator_harness import (
 )
 from tests.fleet.harness import Operator, View, running_fleet, running_operator
 from tests.fleet.paced import (
+    BAD_CHANGE,
     MEMORY,
     annotate_resume,
     appliers,
@@ -231,11 +232,11 @@ def test_bad_change_stops_after_max_unavailable_nodes(
         operator, fleet, view, ns = paced.operator, paced.fleet, paced.view, paced.ns
         hv, names = paced.hv, paced.names
         good = paced.first
-        # (b) A bad change: a runtime type no shim on the nodes implements; every canary
-        # fails. It stops after at most PROFILE_LIMIT nodes.
+        # (b) A bad change: a shim path where no node has the shim; every canary fails. It
+        # stops after at most PROFILE_LIMIT nodes.
         before = {n: fleet.nodes[n].disk_text() for n in names}
         since = time.time()
-        patch_spec(kube, hv, {"containerd": {"runtimeType": "io.containerd.bogus.v1"}})
+        patch_spec(kube, hv, BAD_CHANGE)
         bad = new_plan(operator, kube, ns, good)
         stop = operator.until(f"{hv} RolloutHalted", lambda: halted(view, hv))
         settle(3.0)
@@ -269,7 +270,7 @@ def test_fixing_the_spec_resumes_a_halted_rollout(
         operator, fleet, view, ns = paced.operator, paced.fleet, paced.view, paced.ns
         hv, names = paced.hv, paced.names
         explain = paced.explain
-        patch_spec(kube, hv, {"containerd": {"runtimeType": "io.containerd.bogus.v1"}})
+        patch_spec(kube, hv, BAD_CHANGE)
         bad = new_plan(operator, kube, ns, paced.first)
         operator.until(f"{hv} RolloutHalted", lambda: halted(view, hv))
         # (c) Fixing the spec (and changing the memory, so every node has to apply): a new
@@ -278,7 +279,7 @@ def test_fixing_the_spec_resumes_a_halted_rollout(
         patch_spec(
             kube,
             hv,
-            {"containerd": {"runtimeType": "io.containerd.runhcs.v1"}, "vm": {"memoryMB": 4096}},
+            {"containerd": {"runtimePath": None}, "vm": {"memoryMB": 4096}},
         )
         new_plan(operator, kube, ns, bad)
         until(

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from tests.conftest import profile_document
 from wcow_operator.api.annotation_patterns import pattern_problem
 from wcow_operator.api.errors import parse_profile
+from wcow_operator.api.runhcs_options import NCPROXY_PIPE_PATTERN, default_annotations_problem
+from wcow_operator.api.v1alpha1 import IMAGE_REFERENCE_PATTERN, RUNTIME_PATH_PATTERN
 from wcow_operator.render.bundle import render_all
 from wcow_operator.render.plan import plan_config_map
 from wcow_operator.render.serialize import dump_yaml_documents
@@ -60,6 +62,16 @@ patterns = st.one_of(
 ).filter(lambda pattern: pattern_problem(pattern) is None)
 
 
+# Paths, pipes and images are not free text either (what containerd and hcsshim would run or
+# dial: tests/unit/test_node_safety.py); these are every shape the model accepts.
+paths = st.from_regex(RUNTIME_PATH_PATTERN, fullmatch=True)
+pipes = st.from_regex(NCPROXY_PIPE_PATTERN, fullmatch=True)
+images = st.from_regex(IMAGE_REFERENCE_PATTERN, fullmatch=True).filter(lambda i: len(i) <= 512)
+keys = st.one_of(hostile, st.just("")).filter(
+    lambda key: default_annotations_problem({key: ""}) is None
+)
+
+
 def _profile(image: str, pattern: str, key: str, value: str, path: str, addr: str) -> Any:
     return parse_profile(
         profile_document(
@@ -67,26 +79,15 @@ def _profile(image: str, pattern: str, key: str, value: str, path: str, addr: st
             annotations={"pod": [pattern], "container": [pattern, pattern.upper()]},
             containerd={
                 "runtimePath": path,
-                "options": {
-                    "DefaultContainerAnnotations": {key: value},
-                    "NCProxyAddr": addr,
-                    "BootFilesRootPath": image,
-                },
+                "options": {"DefaultContainerAnnotations": {key: value}, "NCProxyAddr": addr},
             },
-            canary={"image": value},
+            canary={"image": image},
         )
     )
 
 
 @settings(max_examples=150, deadline=None)
-@given(
-    image=hostile,
-    pattern=patterns,
-    key=st.one_of(hostile, st.just("")),
-    value=hostile,
-    path=hostile,
-    addr=hostile,
-)
+@given(image=images, pattern=patterns, key=keys, value=hostile, path=paths, addr=pipes)
 def test_free_text_round_trips_through_toml(
     image: str, pattern: str, key: str, value: str, path: str, addr: str
 ) -> None:
@@ -111,14 +112,13 @@ def test_free_text_round_trips_through_toml(
         assert table["pod_annotations"] == [pattern]
         assert table["container_annotations"] == [pattern, pattern.upper()]
         options = table["options"]
-        assert options["BootFilesRootPath"] == image
         assert options["NCProxyAddr"] == addr
         assert options["DefaultContainerAnnotations"] == {key: value}
-        assert len(options) == 8
+        assert len(options) == 7
 
 
 @settings(max_examples=150, deadline=None)
-@given(image=hostile, pattern=patterns, key=hostile, value=hostile, path=hostile, addr=hostile)
+@given(image=images, pattern=patterns, key=keys, value=hostile, path=paths, addr=pipes)
 def test_free_text_round_trips_through_yaml_and_the_plan(
     image: str, pattern: str, key: str, value: str, path: str, addr: str
 ) -> None:
@@ -130,6 +130,7 @@ def test_free_text_round_trips_through_yaml_and_the_plan(
     plan = json.loads(loaded[-1]["data"]["plan.json"])
     assert plan == rendered.plan
     runtime = plan["handlers"]["hostile"]["runtime"]
-    assert runtime["options"]["BootFilesRootPath"] == image
+    assert runtime["runtime_path"] == path
+    assert runtime["options"]["NCProxyAddr"] == addr
     assert runtime["options"]["DefaultContainerAnnotations"] == {key: value}
-    assert plan["handlers"]["hostile"]["canary"]["image"] == value
+    assert plan["handlers"]["hostile"]["canary"]["image"] == image

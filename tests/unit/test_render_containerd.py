@@ -119,16 +119,12 @@ def test_annotation_lists_can_be_replaced_or_emptied(make_profile: MakeProfile) 
 
 
 def test_runtime_type_and_path(make_profile: MakeProfile) -> None:
+    shim = "D:\\Program Files\\hcsshim v0.15 (rc.4)\\containerd-shim-runhcs-v1.exe"
     table = runtime_table(
-        make_profile(
-            containerd={
-                "runtimeType": "io.containerd.runhcs.v2",
-                "runtimePath": "C:\\Program Files\\containerd\\shim.exe",
-            }
-        )
+        make_profile(containerd={"runtimeType": "io.containerd.runhcs.v1", "runtimePath": shim})
     )
-    assert table["runtime_type"] == "io.containerd.runhcs.v2"
-    assert table["runtime_path"] == "C:\\Program Files\\containerd\\shim.exe"
+    assert table["runtime_type"] == "io.containerd.runhcs.v1"
+    assert table["runtime_path"] == shim
 
 
 @pytest.mark.parametrize(

@@ -56,6 +56,8 @@ from wcow_operator.api.windows_builds import WindowsBuild, parse_windows_build
 from wcow_operator.render.containerd import RUNTIMES_PATH
 
 SHIM = "containerd-shim-runhcs-v1.exe"
+# The only shim binary on a simulated host: beside containerd.exe, as the release ships it.
+SHIM_PATH = rf"C:\Program Files\containerd\{SHIM}"
 RUNHCS = "io.containerd.runhcs.v1"
 HCS_E_SYSTEM_NOT_FOUND = 0x8037010E
 DEFAULT_VM_MEMORY_MB = 1024
@@ -559,10 +561,9 @@ class SimulatedCri:
         if handler not in runtimes:
             return f'failed to get sandbox runtime: no runtime for "{handler}" is configured'
         table = runtimes[handler]
-        if table.get("runtime_type") != RUNHCS and not table.get("runtime_path"):
-            return (
-                f'failed to start shim: runtime "{table.get("runtime_type")}" binary not installed'
-            )
+        problem = _shim_problem(table)
+        if problem:
+            return problem
         options = honoured_options(table, node.settings.containerd_version)
         problem = option_problem(options)
         if problem:
@@ -685,3 +686,19 @@ class SimulatedHcs:
     def service_properties(self, property_types: Sequence[str]) -> dict[str, Any]:
         count = self.node.settings.logical_processors
         return {"Properties": [{"LogicalProcessorCount": count}]}
+
+
+def _shim_problem(table: Mapping[str, Any]) -> str | None:
+    """Why containerd cannot start the handler's shim on a simulated host: it resolves
+    runtime_type to a binary beside itself, and stats runtime_path first when it is set."""
+    path = table.get("runtime_path")
+    if not path:
+        if table.get("runtime_type") == RUNHCS:
+            return None
+        return f'failed to start shim: runtime "{table.get("runtime_type")}" binary not installed'
+    if str(path).lower() == SHIM_PATH.lower():
+        return None
+    return (
+        f"failed to start shim: invalid custom binary path: CreateFile {path}: The system "
+        "cannot find the path specified."
+    )

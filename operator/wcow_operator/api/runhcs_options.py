@@ -14,8 +14,12 @@ sections 1 and 8).
 from __future__ import annotations
 
 import difflib
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from wcow_operator.api.safe_text import shown
 
 INT32_MAX = 2**31 - 1
 
@@ -29,6 +33,9 @@ class OptionSpec:
     refusal: str | None = None
     minimum: int = 0
     maximum: int = INT32_MAX
+    # What is wrong with a value of the right type (None: nothing), for options whose value
+    # the shim hands to Windows as an address or a path.
+    check: Callable[[Any], str | None] | None = None
 
 
 # logrus level names (hcsshim parses LogLevel with logrus.ParseLevel; a bad name stops the shim).
@@ -37,6 +44,75 @@ LOG_LEVELS = ("trace", "debug", "info", "warning", "warn", "error", "fatal", "pa
 # DebugType enum: NPIPE=0, FILE=1 (makes the shim panic: "not supported"), ETW=2.
 DEBUG_TYPE_NPIPE = 0
 DEBUG_TYPE_ETW = 2
+
+# NCProxyAddr: hcsshim dials it with go-winio's DialPipe (internal/uvm/network.go,
+# GetNCProxyClient, v0.9 to v0.15), i.e. a named pipe path; ncproxy listens on
+# \\.\pipe\ncproxy-ttrpc by default (cmd/ncproxy/config.go). Only a pipe on this host: a
+# \\server\pipe\name path would be dialled over SMB, so every pod's network setup would be
+# asked of another machine.
+NCPROXY_PIPE_PATTERN = r"^\\\\\.\\pipe\\[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+_NCPROXY_PIPE = re.compile(NCPROXY_PIPE_PATTERN)
+
+
+def ncproxy_problem(value: str) -> str | None:
+    if _NCPROXY_PIPE.fullmatch(value):
+        return None
+    return (
+        f"{shown(value)} is not a named pipe on this host: write \\\\.\\pipe\\NAME "
+        "(letters, digits, '.', '_', '-'), e.g. \\\\.\\pipe\\ncproxy-ttrpc; hcsshim dials "
+        "it as a pipe, and a \\\\server\\pipe path would reach another machine"
+    )
+
+
+# DefaultContainerAnnotations are added to every sandbox and container spec of the handler
+# (hcsshim internal/oci/uvm.go UpdateSpecFromOptions, keys the spec does not already have),
+# so they act on every pod of the class, whatever the admission webhook allowed. Keys that
+# move the security boundary or a bound the project enforces are refused here, each with
+# the field to use instead (hcsshim pkg/annotations/annotations.go, v0.11.7 to v0.15.0-rc.4).
+_HOSTPROCESS_PREFIX = "microsoft.com/hostprocess-"
+_VM = "io.microsoft.virtualmachine."
+REFUSED_DEFAULT_ANNOTATIONS: dict[str, str] = {
+    f"{_VM}computetopology.processor.count": "set spec.vm.processorCount (the admission "
+    "webhook bounds pods by spec.vm; a default here would size every VM past those bounds)",
+    f"{_VM}computetopology.memory.sizeinmb": "set spec.vm.memoryMB (the admission webhook "
+    "bounds pods by spec.vm; a default here would size every VM past those bounds)",
+    f"{_VM}computetopology.processor.limit": "set spec.vm.processorLimit",
+    f"{_VM}computetopology.processor.weight": "set spec.vm.processorWeight",
+    f"{_VM}fullyphysicallybacked": "set spec.vm.fullyPhysicallyBacked (which also charges "
+    "the node for the whole VM through the RuntimeClass overhead)",
+    f"{_VM}computetopology.memory.allowovercommit": "false backs every VM with physical "
+    "memory that the RuntimeClass overhead does not charge; set spec.vm.fullyPhysicallyBacked",
+    f"{_VM}wcow.timezone.noinherit": "set spec.vm.inheritHostTimezone",
+    f"{_VM}bootfilesrootpath": "a host folder the utility VM boots from (LCOW and "
+    "confidential WCOW only)",
+    f"{_VM}dump-directory-path": "a host folder where utility VM crash dumps (the pods' "
+    "memory) are written",
+    f"{_VM}kerneldrivers": "host paths of drivers loaded into every utility VM",
+    "io.microsoft.container.wcow.deviceextensions": "host files that hand host devices to "
+    "the containers",
+    "io.microsoft.network.ncproxy": "set the NCProxyAddr option (checked to be a pipe on "
+    "this host)",
+}
+_HOSTPROCESS_WHY = (
+    "the HostProcess family (microsoft.com/hostprocess-inherit-user runs a HostProcess pod "
+    "with the shim's own SYSTEM token instead of the user it asked for; "
+    "...-rootfs-location mounts the image at a host path; ...-container is rewritten by "
+    "containerd for every pod, so a default for it does nothing)"
+)
+
+
+def default_annotations_problem(annotations: dict[str, str]) -> str | None:
+    for key in sorted(annotations):
+        folded = key.lower()
+        if folded.startswith(_HOSTPROCESS_PREFIX):
+            why = _HOSTPROCESS_WHY
+        elif folded in REFUSED_DEFAULT_ANNOTATIONS:
+            why = REFUSED_DEFAULT_ANNOTATIONS[folded]
+        else:
+            continue
+        return f"may not set {shown(key)}, which it would add to every pod: {why}"
+    return None
+
 
 RUNHCS_OPTIONS: dict[str, OptionSpec] = {
     "Debug": OptionSpec(bool, refusal="set spec.containerd.debug instead"),
@@ -50,7 +126,13 @@ RUNHCS_OPTIONS: dict[str, OptionSpec] = {
     ),
     "SandboxPlatform": OptionSpec(str, refusal="set spec.sandbox.platform instead"),
     "SandboxIsolation": OptionSpec(int, refusal="set spec.isolation instead"),
-    "BootFilesRootPath": OptionSpec(str),
+    "BootFilesRootPath": OptionSpec(
+        str,
+        refusal="no released hcsshim reads it for Windows containers (up to v0.15.0-rc.4 only "
+        "LCOW utility VMs boot from it; later shims only confidential WCOW VMs, which "
+        "wcow-runtime does not configure): it would name a host folder of boot files that "
+        "nothing uses",
+    ),
     "VmProcessorCount": OptionSpec(int, refusal="set spec.vm.processorCount instead"),
     "VmMemorySizeInMb": OptionSpec(int, refusal="set spec.vm.memoryMB instead"),
     "GPUVHDPath": OptionSpec(
@@ -70,12 +152,12 @@ RUNHCS_OPTIONS: dict[str, OptionSpec] = {
     "ShareScratch": OptionSpec(
         bool, refusal="no hcsshim release reads ShareScratch (LCOW only); it would be ignored"
     ),
-    "NCProxyAddr": OptionSpec(str),
+    "NCProxyAddr": OptionSpec(str, check=ncproxy_problem),
     "LogLevel": OptionSpec(str, refusal="set spec.containerd.logLevel instead"),
     "IoRetryTimeoutInSec": OptionSpec(
         int, refusal="set spec.containerd.ioRetryTimeoutSeconds instead"
     ),
-    "DefaultContainerAnnotations": OptionSpec(dict),
+    "DefaultContainerAnnotations": OptionSpec(dict, check=default_annotations_problem),
     "NoInheritHostTimezone": OptionSpec(
         bool,
         refusal="hcsshim never reads NoInheritHostTimezone; set spec.vm.inheritHostTimezone: "
@@ -164,10 +246,17 @@ def _check_type(key: str, spec: OptionSpec, value: Any) -> Any:
         return value
     if spec.kind is str:
         if not isinstance(value, str):
-            raise ValueError(f"option {key!r} must be a string, not {value!r}")
-        return value
+            raise ValueError(f"option {key!r} must be a string, not {shown(value)}")
+        return _checked(key, spec, value)
     if not isinstance(value, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in value.items()
     ):
-        raise ValueError(f"option {key!r} must be a map of strings to strings, not {value!r}")
-    return dict(value)
+        raise ValueError(f"option {key!r} must be a map of strings to strings, not {shown(value)}")
+    return _checked(key, spec, dict(value))
+
+
+def _checked(key: str, spec: OptionSpec, value: Any) -> Any:
+    problem = spec.check(value) if spec.check is not None else None
+    if problem is not None:
+        raise ValueError(f"option {key!r}: {problem}")
+    return value

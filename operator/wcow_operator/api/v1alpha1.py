@@ -55,7 +55,7 @@ PLURAL = "windowsruntimeprofiles"
 SINGULAR = "windowsruntimeprofile"
 SHORT_NAMES = ("wrp",)
 
-DEFAULT_RUNTIME_TYPE = "io.containerd.runhcs.v1"
+DEFAULT_RUNTIME_TYPE: Final = "io.containerd.runhcs.v1"
 DEFAULT_PLATFORM: Final = "windows/amd64"
 OS_LABEL = "kubernetes.io/os"
 ARCH_LABEL = "kubernetes.io/arch"
@@ -511,13 +511,59 @@ class AnnotationsSpec(_Model):
     io.microsoft.container.*. [] allows none."""
 
 
+# containerd runs the handler's shim as its own account (SYSTEM): runtime_type names the
+# binary (containerd-shim-<name>-<version>.exe, looked up beside containerd.exe and on PATH)
+# and runtime_path, when set, replaces that lookup with any absolute path, a UNC share's
+# included (containerd runtime/v2/manager.go resolveRuntimePath, v1.7.34; the same in 2.x).
+# So both are pinned to the runhcs shim: the options table is runhcs.Options, which only it
+# reads, and a path may only name that shim under Program Files, which only administrators
+# can write to.
+SHIM_BINARY: Final = "containerd-shim-runhcs-v1.exe"
+RUNTIME_PATH_PATTERN: Final = (
+    r"^[A-Za-z]:\\Program Files\\([A-Za-z0-9_()+-][A-Za-z0-9 ._()+-]{0,63}\\){0,8}"
+    r"containerd-shim-runhcs-v1\.exe$"
+)
+_RUNTIME_PATH = re.compile(RUNTIME_PATH_PATTERN)
+
+
+def _runtime_type(value: object) -> object:
+    if value != DEFAULT_RUNTIME_TYPE:
+        raise ValueError(
+            f"is not supported: only {DEFAULT_RUNTIME_TYPE}. The handler's "
+            "options are runhcs options, which only the runhcs shim reads, and another "
+            "runtime type makes containerd run another binary as SYSTEM"
+        )
+    return value
+
+
+def _runtime_path(value: str) -> str:
+    if not _RUNTIME_PATH.fullmatch(value):
+        raise ValueError(
+            "is not a runhcs shim under Program Files: write "
+            f"<drive>:\\Program Files\\<folders>\\{SHIM_BINARY} (folders of letters, "
+            "digits, spaces and ._()+-, not starting with a dot). containerd runs this file as "
+            "SYSTEM, so it may only be the runhcs shim in a folder only administrators can write"
+        )
+    return value
+
+
 class ContainerdSpec(_Model):
-    runtime_type: Annotated[
-        str, StringConstraints(pattern=r"^io\.containerd\.[a-z0-9_]+\.v[0-9]+$", max_length=253)
-    ] = DEFAULT_RUNTIME_TYPE
-    """containerd runtime_type of the handler."""
-    runtime_path: FreeText | None = None
-    """Absolute path of the shim binary (runtime_path), when it is not next to containerd.exe."""
+    runtime_type: Annotated[Literal["io.containerd.runhcs.v1"], BeforeValidator(_runtime_type)] = (
+        DEFAULT_RUNTIME_TYPE
+    )
+    """containerd runtime_type of the handler: only io.containerd.runhcs.v1 (the shim the
+    runhcs options are for)."""
+    runtime_path: (
+        Annotated[
+            str,
+            AfterValidator(_runtime_path),
+            WithJsonSchema({"type": "string", "maxLength": 600, "pattern": RUNTIME_PATH_PATTERN}),
+        ]
+        | None
+    ) = None
+    """Absolute path of the runhcs shim (runtime_path), when it is not next to
+    containerd.exe: <drive>:\\Program Files\\...\\containerd-shim-runhcs-v1.exe (containerd
+    runs it as SYSTEM, so no other file and no other folder)."""
     debug: bool = False
     """Shim debug logging (runhcs option Debug)."""
     debug_type: Literal["Npipe", "Etw"] | None = None
@@ -558,14 +604,47 @@ class ContainerdSpec(_Model):
         return checked
 
 
+# An image reference as containerd parses it (distribution/reference's grammar: optional
+# registry host and port, lowercase path components, optional tag and sha256 digest).
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_HOST = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+IMAGE_REFERENCE_PATTERN: Final = (
+    rf"^(?:(?:{_HOST}(?:\.{_HOST})*|\[[0-9A-Fa-f:]+\])(?::[0-9]{{1,5}})?/)?"
+    rf"{_COMPONENT}(?:/{_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
+)
+_IMAGE_REFERENCE = re.compile(IMAGE_REFERENCE_PATTERN)
+IMAGE_REFERENCE_MAX = 512
+
+
+def _image_reference(value: str) -> str:
+    if len(value) > IMAGE_REFERENCE_MAX or not _IMAGE_REFERENCE.fullmatch(value):
+        raise ValueError(
+            "is not an image reference: [registry[:port]/]path[:tag][@sha256:"
+            f"<64 hex>] with lowercase path components, at most {IMAGE_REFERENCE_MAX} characters"
+        )
+    return value
+
+
+ImageReference = Annotated[
+    str,
+    AfterValidator(_image_reference),
+    WithJsonSchema(
+        {"type": "string", "maxLength": IMAGE_REFERENCE_MAX, "pattern": IMAGE_REFERENCE_PATTERN}
+    ),
+]
+
+
 class CanarySpec(_Model):
     enabled: bool = True
     """Start a test sandbox with the handler on each node before labelling it ready."""
     timeout_seconds: Annotated[int, Field(ge=10, le=1800)] = 180
     """How long one canary may take (pulling the sandbox image included)."""
-    image: FreeText | None = None
+    image: ImageReference | None = None
     """Image of a container started in the canary sandbox to read the VM's processor count
-    and memory from inside; omitted: the sandbox alone is checked."""
+    and memory from inside; omitted: the sandbox alone is checked. Every node's agent pulls
+    it and runs it under the handler as the image's ContainerUser (no HostProcess, no
+    mounts), outside Kubernetes admission: name an image you trust, ideally by digest."""
 
 
 MAX_UNAVAILABLE_PATTERN = r"^(100|[1-9][0-9]?)%$"
@@ -714,13 +793,6 @@ class WindowsRuntimeProfileSpec(_Model):
                     f"scheduling.nodeSelector[{WINDOWS_BUILD_LABEL}]",
                     f"{pinned!r} contradicts windowsBuild {self.windows_build!r} ({wanted})",
                 )
-        options = (self.containerd.options or {}).get("DefaultContainerAnnotations", {})
-        clash = sorted(set(options) & set(self.vm.container_annotations() if self.vm else {}))
-        if clash:
-            raise FieldError(
-                "containerd.options.DefaultContainerAnnotations",
-                f"sets {', '.join(clash)}, which spec.vm already sets; keep one",
-            )
         return self
 
     @property

@@ -14,7 +14,8 @@ Shape (schemaVersion 1)::
           "isolation": "HyperV", "windowsBuild": "10.0.20348",
           "vm": {"processorCount": 2, "memoryMB": 2048, "fullyPhysicallyBacked": false},
           "canary": {"enabled": true, "timeoutSeconds": 180, "image": null},
-          "runtime": { ...the runtimes.<handler> table as data... }
+          "runtime": { ...the runtimes.<handler> table as data... },
+          "spec": { ...the profile's spec as the node needs it (``NODE_SPEC_FIELDS``)... }
         }
       },
       "hash": "sha256:<hex>"    # over the canonical JSON of everything above
@@ -23,6 +24,12 @@ Shape (schemaVersion 1)::
 The handler table is the same for every config version (runtime_type, annotation lists and
 runhcs options have the same keys in containerd 1.x and 2.x), so it is stored once, with the
 table path per version beside it; ``render_containerd_toml`` turns it into TOML.
+
+``spec`` is what the rest of the entry is rendered from. A node agent validates it with the
+profile model, renders the entry again and accepts the entry only if it is exactly that: a
+plan can carry only what the operator renders from a valid profile, whoever wrote it (the
+hash proves integrity, not authorship). ``spec`` was added within schemaVersion 1: agents
+that predate it ignore it, agents that check it refuse entries without it.
 """
 
 from __future__ import annotations
@@ -50,6 +57,44 @@ PLAN_KEY = "plan.json"
 PLAN_HASH_ANNOTATION = "runtime.wcow.dev/plan-hash"
 
 
+# The parts of a profile's spec that decide what a node does. The rest (overhead, scheduling,
+# rollout) is the operator's business and stays out, so changing it does not change the plan.
+NODE_SPEC_FIELDS = frozenset(
+    {
+        "isolation",
+        "windows_build",
+        "handler",
+        "sandbox",
+        "vm",
+        "annotations",
+        "containerd",
+        "canary",
+    }
+)
+
+
+def node_spec(profile: Profile) -> dict[str, Any]:
+    """The spec fields a node needs, as the profile document would carry them (defaults
+    left out, so the entry stays small)."""
+    return profile.spec.model_dump(
+        by_alias=True, mode="json", exclude_defaults=True, include=set(NODE_SPEC_FIELDS)
+    )
+
+
+def entry_document(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile document a plan entry says it was rendered from (``plan_entry`` reversed)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "WindowsRuntimeProfile",
+        "metadata": {
+            "name": entry.get("profile"),
+            "generation": entry.get("generation"),
+            "uid": entry.get("uid"),
+        },
+        "spec": entry.get("spec"),
+    }
+
+
 def plan_entry(profile: Profile) -> dict[str, Any]:
     spec = profile.spec
     vm = spec.effective_vm()
@@ -70,6 +115,7 @@ def plan_entry(profile: Profile) -> dict[str, Any]:
         "vm": vm_entry,
         "canary": spec.canary.model_dump(by_alias=True),
         "runtime": options,
+        "spec": node_spec(profile),
     }
 
 
