@@ -72,10 +72,11 @@ def load_plan(text: str, source: str = "plan") -> dict[str, Any]:
             raise PlanError(f"{source}: handlers.{field}: {message}")
     # Every entry is the renderer's; the document around them must be too (runtimesPath is
     # never read, the agent has its own, but a plan that differs is not the operator's).
-    found = first_difference(plan, build_plan(handlers))
+    expected = {key: value for key, value in build_plan(handlers).items() if key != "hash"}
+    found = first_difference(body, expected)
     if found is not None:
-        path, got, _ = found
-        raise PlanError(f"{source}: {path}: {_not_rendered(got)}")
+        path, got, wanted = found
+        raise PlanError(f"{source}: {path}: {_not_rendered(got, wanted)}")
     return plan
 
 
