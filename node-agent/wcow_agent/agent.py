@@ -24,9 +24,6 @@ from wcow_operator.api.agent_status import (
 )
 from wcow_operator.render.runtimeclass import READY_VALUE, ready_label
 
-REASON_MAX = 128
-MESSAGE_MAX = 1024
-
 
 @dataclass(frozen=True)
 class HostFacts:
@@ -127,10 +124,6 @@ def canary_enabled(entry: Mapping[str, Any]) -> bool:
     return bool((entry.get("canary") or {}).get("enabled", True))
 
 
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def build_status(
     report: CycleReport,
     previous: AgentStatus | None,
@@ -162,8 +155,8 @@ def build_status(
                 generation = before.profile_generation if generation is None else generation
             handlers[name] = HandlerStatus(
                 state=outcome.state,
-                reason=_clip(outcome.reason, REASON_MAX),
-                message=_clip(message, MESSAGE_MAX),
+                reason=outcome.reason,
+                message=message,  # escaped and clipped by the model
                 profile_generation=generation,
                 canary_duration_seconds=None if duration is None else round(duration, 3),
                 last_transition_time=(
@@ -207,15 +200,6 @@ def status_json(status: AgentStatus) -> str:
         sort_keys=True,
         separators=(",", ":"),
     )
-
-
-def parse_status(text: str | None) -> AgentStatus | None:
-    if not text:
-        return None
-    try:
-        return AgentStatus.model_validate_json(text)
-    except ValueError:
-        return None
 
 
 def ready_handlers(report: CycleReport) -> set[str] | None:

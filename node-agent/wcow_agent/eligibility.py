@@ -9,9 +9,8 @@ from typing import Any
 from wcow_agent.containerd_lines import first_line_honouring, line_for, unsupported
 from wcow_operator.api.windows_builds import (
     WindowsBuild,
-    hyperv_can_run,
+    isolation_refusal,
     parse_windows_build,
-    process_can_run,
 )
 
 
@@ -62,28 +61,8 @@ def containerd_refusal(entry: Mapping[str, Any], version: str) -> Refusal | None
 
 def _isolation_refusal(entry: Mapping[str, Any], host: Host) -> Refusal | None:
     guest = parse_windows_build(entry["windowsBuild"]) if entry.get("windowsBuild") else None
-    if entry["isolation"] == "HyperV":
-        if not host.hyperv_available:
-            return Refusal(
-                "HyperVUnavailable",
-                "Hyper-V is not available on this host (role not installed, or no nested "
-                "virtualization)",
-            )
-        if guest is not None and not hyperv_can_run(host.build, guest):
-            return Refusal(
-                "HostBuildTooOld",
-                f"guest build {guest.label_value} is newer than the host's "
-                f"{host.build.label_value}; Hyper-V isolation needs host build >= guest build",
-            )
-        return None
-    if guest is not None and not process_can_run(host.build, guest):
-        return Refusal(
-            "ProcessBuildMismatch",
-            f"process isolation cannot run build {guest.label_value} images on a "
-            f"{host.build.label_value} host (builds must match, or from 10.0.20348 on, the "
-            "guest must be between 10.0.20348 and the host build)",
-        )
-    return None
+    found = isolation_refusal(entry["isolation"], guest, host.build, host.hyperv_available)
+    return Refusal(*found) if found else None
 
 
 def classify_handlers(

@@ -23,7 +23,6 @@ from wcow_agent.agent import (
     HandlerOutcome,
     build_status,
     label_changes,
-    parse_status,
     ready_handlers,
     status_json,
 )
@@ -43,7 +42,11 @@ from wcow_agent.metrics import Metrics
 from wcow_agent.pacing import Permission
 from wcow_agent.plan import PlanError, load_plan
 from wcow_agent.state import load_state, save_state, text_hash
-from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION, AgentStatus
+from wcow_operator.api.agent_status import (
+    AGENT_STATUS_ANNOTATION,
+    AgentStatus,
+    parse_agent_status,
+)
 from wcow_operator.render.plan import PLAN_CONFIGMAP, PLAN_KEY
 
 log = logging.getLogger("wcow_agent")
@@ -215,7 +218,7 @@ class AgentLoop:
         node = self._get_node()
         previous = self._status
         if node is not None:
-            previous = parse_status(node.annotations.get(AGENT_STATUS_ANNOTATION)) or previous
+            previous = parse_agent_status(node.annotations.get(AGENT_STATUS_ANNOTATION)) or previous
         request = node.annotations.get(CANARY_REQUEST_ANNOTATION) if node else None
         state, _ = load_state(self.agent.paths.state)
         force = bool(request) and request != state.canary_request

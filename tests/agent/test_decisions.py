@@ -13,7 +13,6 @@ from wcow_agent.agent import (
     build_status,
     label_changes,
     needs_canary,
-    parse_status,
     restart_reason,
     status_json,
 )
@@ -29,7 +28,7 @@ from wcow_agent.host.containerd import config_version_for, parse_containerd_vers
 from wcow_agent.host.crictl import parse_info
 from wcow_agent.host.windows import build_from_registry
 from wcow_agent.state import AgentState
-from wcow_operator.api.agent_status import AgentStatus
+from wcow_operator.api.agent_status import AgentStatus, parse_agent_status
 
 FACTS = HostFacts("10.0.20348", True, "1.7.20")
 
@@ -83,11 +82,14 @@ def test_status_follows_the_shared_contract_and_keeps_transition_times() -> None
     assert failed.updated_at == "T4"
 
 
-def test_long_texts_are_clipped_to_the_contracts_limits() -> None:
-    status = build_status(report(hv=HandlerOutcome("Failed", "X" * 300, "m" * 5000)), None, "T")
+def test_long_texts_are_clipped_and_escaped_to_the_contracts_limits() -> None:
+    message = "containerd said:\n\x1b[31mno\x1b[0m " + "m" * 5000
+    status = build_status(report(hv=HandlerOutcome("Failed", "CanaryFailed", message)), None, "T")
     assert status is not None
-    assert len(status.handlers["hv"].reason) == 128
-    assert len(status.handlers["hv"].message) == 1024
+    text = status.handlers["hv"].message
+    assert len(text) == 1024
+    assert text.startswith("containerd said:\\n\\x1b[31mno\\x1b[0m mmm")
+    assert text.isprintable()
 
 
 def test_without_a_plan_the_previous_handlers_stay() -> None:
@@ -109,8 +111,8 @@ def test_without_a_plan_the_previous_handlers_stay() -> None:
 
 
 def test_unreadable_status_annotation_is_treated_as_absent() -> None:
-    assert parse_status("{not json") is None
-    assert parse_status(None) is None
+    assert parse_agent_status("{not json") is None
+    assert parse_agent_status(None) is None
 
 
 def test_labels_set_for_ready_and_removed_for_everything_else() -> None:

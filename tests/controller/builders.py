@@ -39,9 +39,18 @@ def profile_body(
 
 
 def windows_node(
-    name: str, handlers: dict[str, tuple[str, str]] | None = None, ready: tuple[str, ...] = ()
+    name: str,
+    handlers: dict[str, tuple[str, str]] | None = None,
+    ready: tuple[str, ...] = (),
+    *,
+    build: str | None = "10.0.20348",
+    reported_build: str | None = None,
+    hyperv: bool = True,
+    applied: str | None = None,
 ) -> ObservedNode:
-    """A Windows node whose agent reports ``handlers`` (handler -> (state, reason))."""
+    """A Windows node whose agent reports ``handlers`` (handler -> (state, reason)), on a host
+    whose kubelet labels it ``build`` (the agent reports ``reported_build``, by default the
+    same)."""
     labels = {"kubernetes.io/os": "windows"}
     labels.update({f"runtime.wcow.dev/{h}": "ready" for h in ready})
     status = None
@@ -49,15 +58,16 @@ def windows_node(
         status = json.dumps(
             {
                 "schemaVersion": 1,
-                "hostBuild": "10.0.20348",
-                "hypervAvailable": True,
+                "hostBuild": reported_build or build or "10.0.20348",
+                "hypervAvailable": hyperv,
+                "appliedPlanHash": applied,
                 "handlers": {
                     h: {"state": state, "reason": reason, "message": f"{reason} on {name}"}
                     for h, (state, reason) in handlers.items()
                 },
             }
         )
-    return ObservedNode(name=name, labels=labels, agent_status=status)
+    return ObservedNode(name=name, labels=labels, agent_status=status, build=build)
 
 
 def observed(

@@ -12,11 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_operator.api.windows_builds import WINDOWS_BUILD_LABEL, parse_windows_build
 from wcow_operator.controller.api import Page, Watched, WatchExpiredError
 from wcow_operator.controller.cache import ClusterCache
 from wcow_operator.controller.informer import run_informer
 from wcow_operator.reconcile.model import ObservedNode
-from wcow_operator.reconcile.nodes import NodeTally, contribution, summarize
+from wcow_operator.reconcile.nodes import HandlerNeeds, NodeTally, contribution, summarize
 
 PLAN = "wcow-runtime-plan"
 
@@ -36,16 +37,21 @@ def node(
         "metadata": {
             "name": name,
             "resourceVersion": str(version),
-            "labels": {"kubernetes.io/os": "windows", **(labels or {})},
+            "labels": {
+                "kubernetes.io/os": "windows",
+                WINDOWS_BUILD_LABEL: "10.0.20348",
+                **(labels or {}),
+            },
             "annotations": annotations,
         }
     }
 
 
-def report(**handlers: str) -> dict[str, Any]:
+def report(build: str = "10.0.20348", hyperv: bool = True, **handlers: str) -> dict[str, Any]:
     return {
-        "hostBuild": "10.0.20348",
-        "hypervAvailable": True,
+        "hostBuild": build,
+        "hypervAvailable": hyperv,
+        "appliedPlanHash": "sha256:current",
         "handlers": {h: {"state": s, "reason": f"R{s}"} for h, s in handlers.items()},
     }
 
@@ -129,6 +135,7 @@ def test_deleted_objects_leave_the_cache() -> None:
 # --- the per-handler tally, node by node ---------------------------------------------------
 
 states = st.sampled_from(["Ready", "Failed", "Pending", "NotEligible", "Conflict"])
+BUILDS = ["10.0.17763", "10.0.20348", "10.0.26100"]
 node_updates = st.lists(
     st.tuples(
         st.sampled_from([f"n{i}" for i in range(6)]),
@@ -138,17 +145,26 @@ node_updates = st.lists(
                 st.dictionaries(st.sampled_from(["a", "b", "c"]), states, max_size=3),
                 st.sets(st.sampled_from(["a", "b", "c"])),
                 st.booleans(),  # has an agent report at all
+                st.sampled_from(BUILDS),  # the kubelet's build label
+                st.sampled_from(BUILDS),  # the build the agent reports
+                st.booleans(),  # Hyper-V, by the agent
             ),
         ),
     ),
     max_size=40,
 )
+NEEDS = [
+    None,
+    HandlerNeeds("HyperV", parse_windows_build("ltsc2022"), "sha256:current"),
+    HandlerNeeds("Process", parse_windows_build("ltsc2019"), "sha256:current"),
+    HandlerNeeds("HyperV", parse_windows_build("ltsc2025"), "sha256:older"),
+]
 
 
 @given(node_updates)
 @settings(max_examples=150, deadline=None)
 def test_incremental_counts_equal_counting_from_scratch(
-    updates: list[tuple[str, tuple[dict[str, str], set[str], bool] | None]],
+    updates: list[tuple[str, tuple[dict[str, str], set[str], bool, str, str, bool] | None]],
 ) -> None:
     cache, _ = synced_cache()
     current: dict[str, ObservedNode] = {}
@@ -157,12 +173,12 @@ def test_incremental_counts_equal_counting_from_scratch(
             cache.apply("nodes", "DELETED", node(name, version))
             current.pop(name, None)
             continue
-        handlers, ready, has_agent = change
+        handlers, ready, has_agent, label, reported, hyperv = change
         body = node(
             name,
             version,
-            labels={f"runtime.wcow.dev/{h}": "ready" for h in ready},
-            report=report(**handlers) if has_agent else None,
+            labels={f"runtime.wcow.dev/{h}": "ready" for h in ready} | {WINDOWS_BUILD_LABEL: label},
+            report=report(reported, hyperv, **handlers) if has_agent else None,
         )
         cache.apply("nodes", "MODIFIED", body)
         meta = body["metadata"]
@@ -170,17 +186,19 @@ def test_incremental_counts_equal_counting_from_scratch(
             name,
             {k: v for k, v in meta["labels"].items() if k.startswith("runtime.wcow.dev/")},
             meta["annotations"].get(AGENT_STATUS_ANNOTATION),
+            label,
         )
     tally = cache.observe(PLAN).tally
     assert tally is not None
     for handler in ("a", "b", "c"):
-        assert tally.summary(handler) == summarize(handler, current.values())
+        for needs in NEEDS:
+            assert tally.summary(handler, needs) == summarize(handler, current.values(), needs)
 
 
 def test_failures_listed_are_the_first_by_node_name() -> None:
     tally = NodeTally()
     for index in reversed(range(8)):
-        failed = ObservedNode(f"n{index}", {}, json.dumps(report(hv="Failed")))
+        failed = ObservedNode(f"n{index}", {}, json.dumps(report(hv="Failed")), "10.0.20348")
         tally.add(failed.name, contribution(failed))
     summary = tally.summary("hv")
     assert summary.failed == 8

@@ -215,7 +215,7 @@ def windows(
         "handlers": {"hv": {"state": hv, "reason": f"R{hv}", "message": f"{hv} on {name}"}},
     }
     labels = {"runtime.wcow.dev/hv": "ready"} if hv == "Ready" else {}
-    return ObservedNode(name, labels, json.dumps(status))
+    return ObservedNode(name, labels, json.dumps(status), "10.0.20348")
 
 
 def test_profile_status_shows_progress_and_a_halt_names_the_node_and_how_to_resume() -> None:

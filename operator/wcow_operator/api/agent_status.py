@@ -2,21 +2,59 @@
 
 The agent writes this JSON into the Node annotation ``runtime.wcow.dev/agent-status`` and
 sets the label ``runtime.wcow.dev/<handler>=ready`` for each handler whose canary passed.
-The operator aggregates both into each profile's status. Both sides use this model, so
-the format cannot drift between them.
+The operator aggregates both into each profile's status. Both sides use this model and
+``parse_agent_status``, so the format cannot drift between them.
+
+A node's report is a node's word: a compromised node (or a thief of the agent's token) can
+write anything here. So the model bounds what it can say: reasons are CamelCase words,
+handler names containerd handler names, the host build a Windows build, and every free text
+is escaped (no control or format characters, see ``safe_text``) and bounded, so that one
+node's text can never read as a line about another node in a condition message,
+``status.failures`` or ``kubectl`` output. A report that breaks the rules is unreadable as a
+whole (the node counts as reporting nothing), never partly believed.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+)
 from pydantic.alias_generators import to_camel
+
+from wcow_operator.api.safe_text import printable
+from wcow_operator.api.validation import DNS1123_LABEL_MAX, DNS1123_LABEL_PATTERN
+from wcow_operator.api.windows_builds import WINDOWS_VERSION_PATTERN
 
 AGENT_STATUS_ANNOTATION = "runtime.wcow.dev/agent-status"
 AGENT_STATUS_SCHEMA_VERSION: Final = 1
 
 HandlerState = Literal["Ready", "Failed", "Pending", "NotEligible", "Conflict"]
+
+REASON_PATTERN: Final = r"^[A-Z][A-Za-z0-9]*$"
+REASON_MAX: Final = 64
+MESSAGE_MAX: Final = 1024
+MAX_HANDLERS: Final = 1024
+
+
+def _escaped(limit: int) -> BeforeValidator:
+    return BeforeValidator(
+        lambda value: printable(value, limit) if isinstance(value, str) else value
+    )
+
+
+Reason = Annotated[str, StringConstraints(pattern=REASON_PATTERN, max_length=REASON_MAX)]
+Message = Annotated[str, _escaped(MESSAGE_MAX), StringConstraints(max_length=MESSAGE_MAX)]
+ShortText = Annotated[str, _escaped(80), StringConstraints(max_length=80)]
+HandlerName = Annotated[
+    str, StringConstraints(pattern=DNS1123_LABEL_PATTERN, max_length=DNS1123_LABEL_MAX)
+]
 
 
 class _Model(BaseModel):
@@ -30,30 +68,41 @@ class HandlerStatus(_Model):
     """Ready: applied and the canary passed. Failed: applying or the canary failed.
     Pending: applied, canary not finished. NotEligible: this host cannot run it (build,
     Hyper-V). Conflict: config.toml has a table of that name the agent did not write."""
-    reason: Annotated[str, Field(max_length=128)]
+    reason: Reason
     """CamelCase cause, e.g. CanaryPassed, CanaryTimeout, HostBuildTooOld."""
-    message: Annotated[str, Field(max_length=1024)] = ""
+    message: Message = ""
     profile_generation: int | None = None
     """The profile generation the agent applied (from the plan)."""
     canary_duration_seconds: float | None = None
-    last_transition_time: str | None = None
+    last_transition_time: ShortText | None = None
 
 
 class AgentStatus(_Model):
     schema_version: Literal[1] = AGENT_STATUS_SCHEMA_VERSION
-    host_build: str
+    host_build: Annotated[str, StringConstraints(pattern=WINDOWS_VERSION_PATTERN)]
     """10.0.<build>, as the kubelet reports it."""
     hyperv_available: bool
-    containerd_version: str | None = None
+    containerd_version: ShortText | None = None
     config_version: int | None = None
     """Schema version of the node's config.toml (2, 3 or 4)."""
-    applied_plan_hash: str | None = None
-    attempted_plan_hash: str | None = None
+    applied_plan_hash: ShortText | None = None
+    attempted_plan_hash: ShortText | None = None
     """The plan the agent last tried to apply (equal to applied_plan_hash once it succeeded;
     the operator reads a difference as a failed attempt of the rollout)."""
-    waiting: Annotated[str, Field(max_length=1024)] | None = None
+    waiting: Message | None = None
     """Why the node has not changed to the current plan: the plan is paced and the rollout
     has not let this node in (it keeps its config.toml and its ready labels meanwhile).
     None when nothing waits. Optional: agents before the paced rollout never set it."""
-    updated_at: str | None = None
-    handlers: dict[str, HandlerStatus] = {}
+    updated_at: ShortText | None = None
+    handlers: Annotated[dict[HandlerName, HandlerStatus], Field(max_length=MAX_HANDLERS)] = {}
+
+
+def parse_agent_status(raw: str | None) -> AgentStatus | None:
+    """A Node's ``runtime.wcow.dev/agent-status``, or None when it is absent or breaks the
+    model anywhere (read by the operator and by the agent, for its own last report)."""
+    if not raw:
+        return None
+    try:
+        return AgentStatus.model_validate_json(raw)
+    except ValidationError:
+        return None

@@ -34,7 +34,9 @@ def printable(text: str, limit: int) -> str:
         text = "".join(char if char.isprintable() else _escape(char) for char in text)
     if len(text) <= limit:
         return text
-    return text[: max(limit - len(ELLIPSIS), 0)] + ELLIPSIS
+    if limit <= len(ELLIPSIS):
+        return text[:limit]
+    return text[: limit - len(ELLIPSIS)] + ELLIPSIS
 
 
 def shown(value: Any, limit: int = 120) -> str:

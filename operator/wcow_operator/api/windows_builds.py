@@ -60,7 +60,9 @@ PROCESS_DOWNLEVEL_FLOOR = 20348
 # The oldest build Kubernetes' Windows support and hcsshim's WCOW code paths cover.
 OLDEST_BUILD = 14393
 
-_VERSION_RE = re.compile(r"^10\.0\.([0-9]{5})$")
+# A build as the kubelet labels it and the agent reports it.
+WINDOWS_VERSION_PATTERN = r"^10\.0\.([0-9]{5})$"
+_VERSION_RE = re.compile(WINDOWS_VERSION_PATTERN)
 
 # The same grammar as an ECMA regex for the CRD's OpenAPI schema (no inline flags there).
 WINDOWS_BUILD_PATTERN = (
@@ -147,3 +149,33 @@ def process_can_run(host: WindowsBuild, guest: WindowsBuild) -> bool:
     if host.number >= PROCESS_DOWNLEVEL_FLOOR:
         return PROCESS_DOWNLEVEL_FLOOR <= guest.number <= host.number
     return False
+
+
+def isolation_refusal(
+    isolation: str, guest: WindowsBuild | None, host: WindowsBuild, hyperv_available: bool
+) -> tuple[str, str] | None:
+    """(CamelCase reason, sentence) why a host of build ``host`` cannot run a handler of
+    this isolation and guest build; None when it can. The agent decides its eligibility with
+    it, and the operator checks a node's report against the node's own build with it."""
+    if isolation == "HyperV":
+        if not hyperv_available:
+            return (
+                "HyperVUnavailable",
+                "Hyper-V is not available on this host (role not installed, or no nested "
+                "virtualization)",
+            )
+        if guest is not None and not hyperv_can_run(host, guest):
+            return (
+                "HostBuildTooOld",
+                f"guest build {guest.label_value} is newer than the host's "
+                f"{host.label_value}; Hyper-V isolation needs host build >= guest build",
+            )
+        return None
+    if guest is not None and not process_can_run(host, guest):
+        return (
+            "ProcessBuildMismatch",
+            f"process isolation cannot run build {guest.label_value} images on a "
+            f"{host.label_value} host (builds must match, or from 10.0.20348 on, the "
+            "guest must be between 10.0.20348 and the host build)",
+        )
+    return None

@@ -3,8 +3,8 @@
 A reconcile pass reads this cache, never the API server: the API server sees the watches
 and the operator's writes, not periodic lists. Four kinds are kept, each only with what the
 controller reads: profiles and RuntimeClasses whole (they are small), the plan ConfigMap,
-and of each Windows Node its ready labels and its agent's report, parsed once when the node
-changes (so a pass costs no JSON parsing per node and profile).
+and of each Windows Node its ready labels, its kubelet's build label and its agent's report,
+parsed once when the node changes (so a pass costs no JSON parsing per node and profile).
 
 Read your own writes: the controller records each object it wrote (the API server's answer)
 here at once. A watch event older than that write (a lower resourceVersion) is then ignored
@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_operator.api.v1alpha1 import READY_LABEL_PREFIX
+from wcow_operator.api.windows_builds import WINDOWS_BUILD_LABEL
 from wcow_operator.reconcile.model import Observed, ObservedNode, ObservedProfile
 from wcow_operator.reconcile.nodes import Contribution, NodeTally, contribution
 
@@ -34,31 +35,37 @@ def _version(obj: dict[str, Any]) -> int | None:
     return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
+def _read_labels(labels: dict[str, str]) -> dict[str, str]:
+    """The Node labels the controller reads: the ready labels and the kubelet's build."""
+    return {k: v for k, v in labels.items() if k.startswith(READY_LABEL_PREFIX)} | (
+        {WINDOWS_BUILD_LABEL: labels[WINDOWS_BUILD_LABEL]} if WINDOWS_BUILD_LABEL in labels else {}
+    )
+
+
 def observed_node(obj: dict[str, Any]) -> ObservedNode:
     """A Node (full or metadata only) as the controller reads it."""
     metadata = obj.get("metadata") or {}
-    labels = {
-        k: v for k, v in (metadata.get("labels") or {}).items() if k.startswith(READY_LABEL_PREFIX)
-    }
+    labels = metadata.get("labels") or {}
     raw = (metadata.get("annotations") or {}).get(AGENT_STATUS_ANNOTATION)
-    return ObservedNode(name=str(metadata.get("name", "")), labels=labels, agent_status=raw)
+    return ObservedNode(
+        name=str(metadata.get("name", "")),
+        labels={k: v for k, v in labels.items() if k.startswith(READY_LABEL_PREFIX)},
+        agent_status=raw,
+        build=labels.get(WINDOWS_BUILD_LABEL),
+    )
 
 
 def kept(kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
     """What the cache keeps of an object: never managedFields (they can outweigh the rest),
-    and of a Node only its name, version, ready labels and agent report. Applied to each
-    item as it arrives, so a list of thousands of Nodes is never held whole."""
+    and of a Node only its name, version, ready and build labels and agent report. Applied to
+    each item as it arrives, so a list of thousands of Nodes is never held whole."""
     metadata = obj.get("metadata") or {}
     if kind == "nodes":
         annotations = metadata.get("annotations") or {}
         slim: dict[str, Any] = {
             "name": metadata.get("name"),
             "resourceVersion": metadata.get("resourceVersion"),
-            "labels": {
-                k: v
-                for k, v in (metadata.get("labels") or {}).items()
-                if k.startswith(READY_LABEL_PREFIX)
-            },
+            "labels": _read_labels(metadata.get("labels") or {}),
             "annotations": {k: v for k, v in annotations.items() if k == AGENT_STATUS_ANNOTATION},
         }
         return {"metadata": slim}

@@ -46,7 +46,7 @@ from wcow_operator.reconcile.model import (
     Outcome,
     Write,
 )
-from wcow_operator.reconcile.nodes import NodeSummary, NodeTally, describe
+from wcow_operator.reconcile.nodes import HandlerNeeds, NodeSummary, NodeTally, describe
 from wcow_operator.reconcile.rollout import Progress, decide, parse_max_unavailable
 from wcow_operator.render.plan import (
     PLAN_KEY,
@@ -640,12 +640,16 @@ def _status_writes(
     events: list[EventNote],
     *,
     progress: Progress | None,
+    plan: Mapping[str, Any],
 ) -> list[Write]:
     writes: list[Write] = []
     tally = observed.tally if observed.tally is not None else NodeTally.of(observed.nodes)
+    entries = plan.get("handlers") or {}
     for state in live:
         handler = state.claimed_handler
-        nodes = tally.summary(handler) if handler else NodeSummary()
+        # Nodes are held to what the plan asks of them: the entry they were sent.
+        needs = HandlerNeeds.of(entries.get(handler), plan.get("hash")) if handler else None
+        nodes = tally.summary(handler, needs) if handler else NodeSummary()
         status = _status(state, nodes, now, progress)
         statuses[state.name] = status
         before = _normalized(state.observed.status)
@@ -683,7 +687,7 @@ def reconcile(observed: Observed, settings: ReconcileSettings, now: datetime) ->
     rollout_writes, progress = _rollout_writes(plan, observed, live, settings, now)
     writes += rollout_writes
     writes += _deletion_writes(observed)
-    writes += _status_writes(live, observed, now, statuses, events, progress=progress)
+    writes += _status_writes(live, observed, now, statuses, events, progress=progress, plan=plan)
     return Outcome(
         writes=writes,
         events=events,

@@ -59,8 +59,9 @@ class ObservedProfile:
 @dataclass(frozen=True)
 class ObservedNode:
     name: str
-    labels: dict[str, str]
+    labels: dict[str, str]  # the runtime.wcow.dev/ ready labels
     agent_status: str | None  # the raw runtime.wcow.dev/agent-status annotation
+    build: str | None = None  # the kubelet's node.kubernetes.io/windows-build label
 
 
 @dataclass(frozen=True)

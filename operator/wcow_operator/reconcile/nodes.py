@@ -3,6 +3,16 @@
 Each node contributes to the handlers its agent reports; a ``NodeTally`` adds and removes
 contributions one node at a time, so a change on one node costs work for that node only,
 whatever the size of the fleet.
+
+A node's report is checked against the node before it counts (issue 17, point 7). The build
+comes from the kubelet's label ``node.kubernetes.io/windows-build``, not from the agent's
+report; Hyper-V from the agent (nothing else on the Node says it). A node that reports a
+handler as anything but NotEligible while its build and Hyper-V cannot run it (Hyper-V
+isolation: Hyper-V and host build >= guest build; process isolation: a compatible build), or
+whose agent reports another build than its kubelet, is neither eligible nor ready: it is
+listed with the reason ``ReportInconsistent``. Claims are judged against the current plan
+entry once the node says it applied the current plan; a node still on an older plan is
+judged when it reaches this one (the rollout waits for it meanwhile).
 """
 
 from __future__ import annotations
@@ -10,11 +20,16 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from pydantic import ValidationError
-
-from wcow_operator.api.agent_status import AgentStatus
+from wcow_operator.api.agent_status import parse_agent_status
 from wcow_operator.api.v1alpha1 import NodeFailure
+from wcow_operator.api.windows_builds import (
+    WINDOWS_BUILD_LABEL,
+    WindowsBuild,
+    isolation_refusal,
+    parse_windows_build,
+)
 from wcow_operator.reconcile.model import ObservedNode
 from wcow_operator.reconcile.rollout import NodeReport
 from wcow_operator.render.runtimeclass import READY_VALUE, ready_label
@@ -23,6 +38,7 @@ MAX_FAILURES = 5
 # NotEligible reasons that a platform team can act on (the node's containerd drops settings
 # the handler needs): listed with the failures, though the node is not counted as eligible.
 ACTIONABLE_INELIGIBILITY = frozenset({"ContainerdTooOld"})
+INCONSISTENT = "ReportInconsistent"
 
 
 @dataclass(frozen=True)
@@ -33,15 +49,36 @@ class NodeSummary:
     failures: list[NodeFailure] = field(default_factory=list)
     without_agent: int = 0  # Windows nodes with no readable agent status
     ineligible: int = 0  # nodes that cannot run it for an actionable reason (in failures)
+    inconsistent: int = 0  # nodes that report what they cannot run (in failures)
 
 
-def parse_agent_status(raw: str | None) -> AgentStatus | None:
-    if not raw:
-        return None
-    try:
-        return AgentStatus.model_validate_json(raw)
-    except ValidationError:
-        return None
+@dataclass(frozen=True)
+class NodeHost:
+    """What a node can run, as far as the operator can tell: the kubelet's build and the
+    agent's word on Hyper-V."""
+
+    build: WindowsBuild
+    hyperv: bool
+
+
+@dataclass(frozen=True)
+class HandlerNeeds:
+    """What the current plan entry of a handler asks of a host."""
+
+    isolation: str
+    guest: WindowsBuild | None
+    plan_hash: str
+
+    @classmethod
+    def of(cls, entry: Mapping[str, Any] | None, plan_hash: str | None) -> HandlerNeeds | None:
+        if not entry or plan_hash is None:
+            return None
+        build = entry.get("windowsBuild")
+        guest = parse_windows_build(build) if isinstance(build, str) else None
+        return cls(str(entry.get("isolation")), guest, plan_hash)
+
+    def refusal(self, host: NodeHost) -> tuple[str, str] | None:
+        return isolation_refusal(self.isolation, self.guest, host.build, host.hyperv)
 
 
 @dataclass(frozen=True)
@@ -52,6 +89,12 @@ class HandlerStanding:
     ready: bool
     failure: NodeFailure | None  # Failed or Conflict, and not labelled ready
     eligible: bool = True
+    inconsistent: bool = False  # listed as ReportInconsistent whatever the plan says
+
+
+# Nodes that report alike for a handler, judged together against its current entry: the
+# host they claim to run it on, and the plan they say they applied.
+Bucket = tuple[NodeHost | None, str | None]
 
 
 @dataclass(frozen=True)
@@ -59,12 +102,41 @@ class Contribution:
     has_agent: bool
     handlers: Mapping[str, HandlerStanding]
     report: NodeReport | None = None  # what the rollout reads
+    host: NodeHost | None = None  # None: the report cannot be checked against the node
+
+    @property
+    def bucket(self) -> Bucket:
+        return self.host, self.report.applied_plan_hash if self.report else None
+
+
+def node_build(node: ObservedNode) -> WindowsBuild | None:
+    try:
+        return parse_windows_build(node.build) if node.build else None
+    except ValueError:
+        return None
+
+
+def _inconsistency(node: ObservedNode, reported: str) -> str | None:
+    """Why the agent's report does not fit the Node at all (None: it fits)."""
+    build = node_build(node)
+    if build is None:
+        return (
+            f"the Node has no valid {WINDOWS_BUILD_LABEL} label (the kubelet sets it on every "
+            "Windows node), so its agent's report cannot be checked"
+        )
+    if build.label_value != reported:
+        return (
+            f"its agent reports host build {reported}, its kubelet labels it "
+            f"{WINDOWS_BUILD_LABEL}={build.label_value}"
+        )
+    return None
 
 
 def contribution(node: ObservedNode) -> Contribution:
     """What ``node`` adds to each handler's counts. Ready only with the label (the scheduler
     reads the label, so the label decides); eligible when its agent reports the handler as
-    anything but NotEligible; failed when it reports Failed or Conflict."""
+    anything but NotEligible; failed when it reports Failed or Conflict. Whether the node
+    can run what it claims is decided per handler in ``NodeTally.summary``."""
     status = parse_agent_status(node.agent_status)
     if status is None:
         return Contribution(False, {})
@@ -74,6 +146,9 @@ def contribution(node: ObservedNode) -> Contribution:
         states={h: (e.state, e.reason, e.message) for h, e in status.handlers.items()},
         generations={h: e.profile_generation for h, e in status.handlers.items()},
     )
+    wrong = _inconsistency(node, status.host_build)
+    build = node_build(node)
+    host = NodeHost(build, status.hyperv_available) if build and not wrong else None
     standings: dict[str, HandlerStanding] = {}
     for handler, entry in status.handlers.items():
         if entry.state == "NotEligible":
@@ -81,12 +156,16 @@ def contribution(node: ObservedNode) -> Contribution:
                 note = NodeFailure(node=node.name, reason=entry.reason, message=entry.message)
                 standings[handler] = HandlerStanding(False, note, eligible=False)
             continue
+        if wrong:
+            note = NodeFailure(node=node.name, reason=INCONSISTENT, message=wrong)
+            standings[handler] = HandlerStanding(False, note, eligible=False, inconsistent=True)
+            continue
         ready = node.labels.get(ready_label(handler)) == READY_VALUE
         failure = None
         if not ready and entry.state in ("Failed", "Conflict"):
-            failure = NodeFailure(node=node.name, reason=entry.reason, message=entry.message[:1024])
+            failure = NodeFailure(node=node.name, reason=entry.reason, message=entry.message)
         standings[handler] = HandlerStanding(ready, failure)
-    return Contribution(True, standings, report)
+    return Contribution(True, standings, report, host)
 
 
 @dataclass
@@ -95,16 +174,28 @@ class _Counts:
     ready: int = 0
     failures: dict[str, NodeFailure] = field(default_factory=dict)  # by node name
     ineligible: dict[str, NodeFailure] = field(default_factory=dict)  # actionable, by node
+    inconsistent: dict[str, NodeFailure] = field(default_factory=dict)  # by node
+    claimants: set[str] = field(default_factory=set)  # nodes counted as eligible
 
     def empty(self) -> bool:
-        return not (self.eligible or self.ineligible)
+        return not (self.eligible or self.ineligible or self.inconsistent)
+
+    def copy(self) -> _Counts:
+        return _Counts(
+            self.eligible,
+            self.ready,
+            dict(self.failures),
+            dict(self.ineligible),
+            dict(self.inconsistent),
+            set(self.claimants),
+        )
 
 
 class NodeTally:
-    """Running per-handler counts over a set of nodes."""
+    """Running per-handler counts over a set of nodes, grouped by what the nodes claim."""
 
     def __init__(self) -> None:
-        self._counts: dict[str, _Counts] = {}
+        self._counts: dict[str, dict[Bucket, _Counts]] = {}
         self._without_agent = 0
 
     @classmethod
@@ -119,37 +210,61 @@ class NodeTally:
             self._without_agent += sign
             return
         for handler, standing in part.handlers.items():
-            counts = self._counts.setdefault(handler, _Counts())
-            listed = counts.failures if standing.eligible else counts.ineligible
-            counts.eligible += sign if standing.eligible else 0
-            counts.ready += sign if standing.ready else 0
+            buckets = self._counts.setdefault(handler, {})
+            counts = buckets.setdefault(part.bucket, _Counts())
+            if standing.inconsistent:
+                listed = counts.inconsistent
+            else:
+                listed = counts.failures if standing.eligible else counts.ineligible
+            if standing.eligible:
+                counts.eligible += sign
+                counts.ready += sign if standing.ready else 0
+                _mark(counts.claimants, node, sign)
             if standing.failure is not None:
                 if sign > 0:
                     listed[node] = standing.failure
                 else:
                     listed.pop(node, None)
             if counts.empty():
-                del self._counts[handler]
+                del buckets[part.bucket]
+                if not buckets:
+                    del self._counts[handler]
 
     def remove(self, node: str, part: Contribution) -> None:
         self.add(node, part, sign=-1)
 
-    def summary(self, handler: str) -> NodeSummary:
-        counts = self._counts.get(handler, _Counts())
-        # Failures first, then nodes that cannot run it for a reason one can fix; each by
-        # node name.
+    def summary(self, handler: str, needs: HandlerNeeds | None = None) -> NodeSummary:
+        """The counts of ``handler``; with ``needs`` (its current plan entry), nodes on that
+        plan that report it runnable where their host cannot run it count as
+        ReportInconsistent instead of eligible or ready."""
+        total = _Counts()
+        for (host, applied), counts in self._counts.get(handler, {}).items():
+            total.ineligible.update(counts.ineligible)
+            total.inconsistent.update(counts.inconsistent)
+            if needs is not None and host is not None and applied == needs.plan_hash:
+                refusal = needs.refusal(host)
+                if refusal is not None:
+                    for name in counts.claimants:
+                        total.inconsistent[name] = _claim_refused(name, host, refusal)
+                    continue
+            total.eligible += counts.eligible
+            total.ready += counts.ready
+            total.failures.update(counts.failures)
+        # Failures first, then nodes that report what they cannot run, then nodes that cannot
+        # run it for a reason one can fix; each by node name.
         first = [
             listed[name]
-            for listed in (counts.failures, counts.ineligible)
+            for listed in (total.failures, total.inconsistent, total.ineligible)
             for name in heapq.nsmallest(MAX_FAILURES, listed)
         ][:MAX_FAILURES]
         return NodeSummary(
-            eligible=counts.eligible,
-            ready=counts.ready,
-            failed=len(counts.failures),
+            eligible=total.eligible,
+            ready=total.ready,
+            failed=len(total.failures),
             failures=first,
             without_agent=self._without_agent,
-            ineligible=len(counts.ineligible),
+            ineligible=len(total.ineligible),
+            inconsistent=len(total.inconsistent),
         )
 
     @staticmethod
@@ -166,22 +281,54 @@ class NodeTally:
         twin = NodeTally()
         twin._without_agent = self._without_agent
         twin._counts = {
-            handler: _Counts(c.eligible, c.ready, dict(c.failures), dict(c.ineligible))
-            for handler, c in self._counts.items()
+            handler: {bucket: counts.copy() for bucket, counts in buckets.items()}
+            for handler, buckets in self._counts.items()
         }
         return twin
 
 
-def summarize(handler: str, nodes: Iterable[ObservedNode]) -> NodeSummary:
+def _mark(names: set[str], node: str, sign: int) -> None:
+    if sign > 0:
+        names.add(node)
+    else:
+        names.discard(node)
+
+
+def _claim_refused(node: str, host: NodeHost, refusal: tuple[str, str]) -> NodeFailure:
+    reason, why = refusal
+    hyperv = "with" if host.hyperv else "without"
+    return NodeFailure(
+        node=node,
+        reason=INCONSISTENT,
+        message=(
+            f"its agent reports it can run the handler, but a {host.build.label_value} host "
+            f"{hyperv} Hyper-V (build from the kubelet's {WINDOWS_BUILD_LABEL} label) cannot: "
+            f"{reason}: {why}"
+        ),
+    )
+
+
+def summarize(
+    handler: str, nodes: Iterable[ObservedNode], needs: HandlerNeeds | None = None
+) -> NodeSummary:
     """How the Windows nodes stand for ``handler`` (see ``contribution``)."""
-    return NodeTally.of(nodes).summary(handler)
+    return NodeTally.of(nodes).summary(handler, needs)
 
 
 def describe(summary: NodeSummary) -> str:
     parts = [f"{summary.ready}/{summary.eligible} eligible Windows nodes ready"]
     if summary.failed:
-        first = ", ".join(f"{f.node}: {f.reason}" for f in summary.failures)
+        first = ", ".join(
+            f"{f.node}: {f.reason}"
+            for f in summary.failures
+            if f.reason not in ACTIONABLE_INELIGIBILITY | {INCONSISTENT}
+        )
         parts.append(f"{summary.failed} failed ({first})")
+    if summary.inconsistent:
+        parts.append(
+            f"{summary.inconsistent} Windows nodes report that they can run it where their "
+            f"own build or Hyper-V cannot ({INCONSISTENT}: see failures)"
+        )
     if summary.ineligible:
         reasons = sorted(
             {f.reason for f in summary.failures if f.reason in ACTIONABLE_INELIGIBILITY}
