@@ -29,6 +29,12 @@ Each key is one of:
 
 Any other key under ``io.microsoft.`` or ``microsoft.com/`` (a later hcsshim may read it) is
 treated as ``OptIn``. Keys outside those prefixes are not read by hcsshim.
+
+A key of more than 63 characters without a '/' (``...memory.allowovercommit``, the MMIO and
+NUMA keys, ``hv-socket.service-table.<GUID>``) can never be a pod annotation: the API server
+refuses it (apimachinery v0.35.4 ``pkg/api/validation/objectmeta.go`` ValidateAnnotations:
+IsQualifiedName, names of at most 63 characters), and the profile model refuses it as a
+pattern. They are judged all the same, for requests posted to the webhook directly.
 """
 
 from __future__ import annotations
