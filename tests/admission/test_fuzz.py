@@ -1,14 +1,17 @@
 """Fuzzing admit() and admit_update() with arbitrary pod JSON (issue 17): never an exception,
 never more than 50 ms per pod of 100 containers, never a VM above the profile's bounds.
 
-The time is the deciding thread's CPU time (``time.thread_time``), so the other work on a
-shared machine does not count against the pod; 50 ms is the issue's bound, some twenty
-times what a pod of 100 containers takes here (benchmarks/admission.py prints the figure).
+The time is the deciding thread's CPU time (``time.thread_time``) of admit() alone, so the
+other work on a shared machine does not count against the pod, with the cyclic garbage
+collector paused meanwhile (hypothesis keeps a large heap whose collection is not the
+decision's work); 50 ms is the issue's bound, some thirty times what a pod of 100
+containers takes here (benchmarks/admission.py prints the figure).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from typing import Any
 
@@ -227,7 +230,7 @@ def _vm_within_bounds(decision: Admitted, prof: WindowsRuntimeProfile) -> None:
     vm = prof.spec.effective_vm()
     if vm is None:
         return
-    annotations = decision.pod["metadata"].get("annotations") or {}
+    annotations = (decision.pod.get("metadata") or {}).get("annotations") or {}
     passes = prof.spec.pod_annotation_patterns()
     max_cpu = vm.max_processor_count or vm.floor_processors
     max_mem = vm.max_memory_mb or vm.floor_memory_mb
@@ -252,9 +255,16 @@ def _vm_within_bounds(decision: Admitted, prof: WindowsRuntimeProfile) -> None:
                 assert parse_quantity(request).nanos == parse_quantity(limit).nanos
 
 
-def _decide(body: Any) -> Admitted | Refused:
+def _decide(body: Any, budget: float | None = None) -> Admitted | Refused:
     before = repr(body)
-    decision = admit(body, PROFILES)
+    gc.disable()
+    try:
+        started = time.thread_time()
+        decision = admit(body, PROFILES)
+        took = time.thread_time() - started
+    finally:
+        gc.enable()
+    assert budget is None or took < budget, f"{took * 1000:.1f} ms"
     assert repr(body) == before  # never changed
     assert isinstance(decision, Admitted | Refused)
     if isinstance(decision, Admitted) and decision.profile is not None:
@@ -269,6 +279,7 @@ def _decide(body: Any) -> Admitted | Refused:
 @given(body=st.one_of(pods(), json_value.filter(lambda v: isinstance(v, dict))))
 @example(body=pod("sized", annotations={hcs.PROCESSOR_COUNT: "240", hcs.MEMORY_SIZE_MB: "1048576"}))
 @example(body={**pod("sized"), "metadata": "p"})
+@example(body={**pod("sized"), "metadata": None})  # found by this test: setdefault kept None
 def test_any_pod_is_admitted_within_bounds_or_refused(body: Any) -> None:
     _decide(body)
 
@@ -280,9 +291,7 @@ def test_any_pod_is_admitted_within_bounds_or_refused(body: Any) -> None:
 )
 @given(body=pods(count=100))
 def test_a_pod_of_100_containers_is_decided_within_50_ms(body: Any) -> None:
-    started = time.thread_time()
-    _decide(body)
-    assert time.thread_time() - started < BUDGET_SECONDS
+    _decide(body, BUDGET_SECONDS)
 
 
 def test_the_largest_pod_walked_is_decided_within_50_ms() -> None:
@@ -297,9 +306,7 @@ def test_the_largest_pod_walked_is_decided_within_50_ms() -> None:
     annotations = {f"{hcs.VM}k{i}": "1" for i in range(1000)}
     body = pod("sized", containers=heavy, annotations=annotations)
     for candidate in (body, pod("sized", containers=heavy)):
-        started = time.thread_time()
-        _decide(candidate)
-        assert time.thread_time() - started < BUDGET_SECONDS
+        _decide(candidate, BUDGET_SECONDS)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -714,7 +714,9 @@ def _admit_hyperv(pod: dict[str, Any], profile: WindowsRuntimeProfile) -> Admitt
     size = vm_size(_pod_needs(pod), vm)
     _too_large(size, vm, facts.sizes, profile.name)
     changes: list[str] = []
-    metadata = pod.setdefault("metadata", {})
+    metadata = pod.get("metadata")
+    if not isinstance(metadata, dict):  # absent or null (any other shape was refused)
+        metadata = pod["metadata"] = {}
     for key, value in (
         (ANNOTATION_PROCESSOR_COUNT, size.processors),
         (ANNOTATION_MEMORY_MB, size.memory_mb),
