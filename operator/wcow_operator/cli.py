@@ -20,6 +20,7 @@ import yaml
 from wcow_operator.api.crd import custom_resource_definition
 from wcow_operator.api.errors import ProfileInvalidError, parse_profile
 from wcow_operator.api.reference import markdown_reference
+from wcow_operator.api.text import shown
 from wcow_operator.api.v1alpha1 import API_VERSION, KIND, WindowsRuntimeProfile
 from wcow_operator.reconcile.admission import Refused, admit
 from wcow_operator.render.bundle import ProfileConflictError, Rendered, render_all
@@ -288,10 +289,11 @@ def cmd_admit(args: argparse.Namespace) -> int:
         _fail([f"no Pod found in {', '.join(args.pods)}"])
     for where, pod in pods:
         decision = admit(pod, profiles)
-        name = (pod.get("metadata") or {}).get("name", "?")
+        metadata = pod.get("metadata")
+        name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
         if isinstance(decision, Refused):
             refusals.append(
-                f"{where}: pod {name!r} refused ({decision.reason}): {decision.message}"
+                f"{where}: pod {shown(name)} refused ({decision.reason}): {decision.message}"
             )
         else:
             admitted.append(decision.pod)

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.admission.pods import FROM_LIMITS, container, pod, profile, profiles
+from wcow_operator.api.quantity import NANO, parse_quantity
 from wcow_operator.api.v1alpha1 import ANNOTATION_MEMORY_MB as MEM
 from wcow_operator.api.v1alpha1 import ANNOTATION_PROCESSOR_COUNT as CPU
 from wcow_operator.reconcile.admission import (
@@ -26,7 +27,6 @@ from wcow_operator.reconcile.admission import (
     Refused,
     admit,
     allowed_through,
-    parse_quantity,
     pod_needs,
 )
 
@@ -59,7 +59,7 @@ def test_baseline_is_the_baseline_overhead_policy_memory() -> None:
      ("500M", 500 * 10**6), ("0.1", Fraction(1, 10))],
 )  # fmt: skip
 def test_parse_quantity(text: object, value: Fraction) -> None:
-    assert parse_quantity(text) == value
+    assert Fraction(parse_quantity(text).value) == value
 
 
 def test_sums_limits_requests_where_no_limit_and_adds_the_baseline() -> None:
@@ -361,7 +361,9 @@ def _memory_requests_equal_limits(admitted_pod: dict[str, Any]) -> bool:
     for item in spec.get("initContainers", []) + spec["containers"]:
         res = item.get("resources", {})
         limit = res.get("limits", {}).get("memory")
-        if limit is not None and parse_quantity(res["requests"]["memory"]) != parse_quantity(limit):
+        if limit is None:
+            continue
+        if parse_quantity(res["requests"]["memory"]).nanos != parse_quantity(limit).nanos:
             return False
     return True
 
@@ -374,16 +376,16 @@ def test_sizing_properties(body: dict[str, Any], vm: dict[str, Any]) -> None:
     needs = pod_needs(body)
     if isinstance(decision, Refused):
         assert decision.reason == VM_TOO_LARGE
-        too_many_cpus = needs.cpu > vm["maxProcessorCount"]
-        too_much_memory = -(-needs.memory // 2**20) + BASELINE_MEMORY_MB > vm["maxMemoryMB"]
+        too_many_cpus = needs.processors > vm["maxProcessorCount"]
+        too_much_memory = needs.memory_mib + BASELINE_MEMORY_MB > vm["maxMemoryMB"]
         assert too_many_cpus or too_much_memory
         return
     processors, memory = sizing(decision)
     assert vm["processorCount"] <= processors <= vm["maxProcessorCount"]
     assert vm["memoryMB"] <= memory <= vm["maxMemoryMB"]
     assert memory % 2 == 0
-    assert processors >= needs.cpu
-    assert memory * 2**20 >= needs.memory + BASELINE_MEMORY_MB * 2**20
+    assert processors * NANO >= needs.cpu_nanos
+    assert (memory - BASELINE_MEMORY_MB) * 2**20 * NANO >= needs.memory_nanos
     if vm["fullyPhysicallyBacked"]:
         assert _memory_requests_equal_limits(decision.pod)
         # the node is charged (requests) what the VM's containers may use (limits)

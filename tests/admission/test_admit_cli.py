@@ -77,3 +77,37 @@ def test_profiles_folder_and_usage_errors(tmp_path: Path) -> None:
     none = subprocess.run([*command, str(empty)], capture_output=True, text=True, check=False)
     assert none.returncode == 1
     assert "no Pod found" in none.stderr
+
+
+def test_malformed_and_hostile_pods_are_refusals_not_tracebacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 17 point 8: each of these raised in `wcow admit` (AttributeError, TypeError,
+    OverflowError, ValueError) or took seconds; each is now one line on stderr."""
+    documents = [
+        {"apiVersion": "v1", "kind": "Pod", "metadata": "p", "spec": pod("sized")["spec"]},
+        {**pod("proc"), "metadata": {"name": "affinity"}},
+        {**pod("sized", containers=[container(limits={"cpu": "1e400"})]),
+         "metadata": {"name": "exponent"}},
+        {**pod("sized", annotations={ANNOTATION_PROCESSOR_COUNT: "9\n" * 125_000}),
+         "metadata": {"name": "flood", "annotations": {ANNOTATION_PROCESSOR_COUNT:
+                                                       "9\n" * 125_000}}},
+    ]  # fmt: skip
+    documents[1]["spec"]["affinity"] = {"nodeAffinity": [["x"]]}
+    pods = _write(tmp_path / "pods.yaml", *documents)
+    profiles_file = _write(
+        tmp_path / "profiles.yaml",
+        profile_document("sized", vm=FROM_LIMITS),
+        profile_document("proc", isolation="Process", windowsBuild="ltsc2019"),
+    )
+    assert main(["admit", "--profiles", str(profiles_file), str(pods)]) == 1
+    out, err = capsys.readouterr()
+    assert out.strip() in ("", "[]", "{}")
+    lines = err.strip().splitlines()
+    assert len(lines) == 4, err[:2000]
+    assert "MalformedPod" in lines[0]
+    assert "MalformedPod" in lines[1]
+    assert "spec.affinity.nodeAffinity" in lines[1]
+    assert "InvalidQuantity" in lines[2]
+    assert "AnnotationInvalid" in lines[3]
+    assert all(len(line) < 600 for line in lines)

@@ -197,12 +197,12 @@ def test_the_policy_binds_with_deny_and_fails_closed() -> None:
 # ---- the operator's webhook configurations ----
 
 
-def _configuration(**changes: Any) -> dict[str, Any]:
+def _configuration(kind: str = "mutating", **changes: Any) -> dict[str, Any]:
     """What the operator writes (render.webhooks), with ``changes`` to its webhook."""
     from wcow_operator.render.webhooks import Endpoint, webhook_configuration
 
     body = webhook_configuration(
-        "mutating",
+        kind,
         Endpoint(service_namespace=NAMESPACE, service_name=f"{RELEASE}-operator-webhook"),
         ["hv"],
         ["kube-system", NAMESPACE],
@@ -219,6 +219,18 @@ def guard(body: dict[str, Any], user: str = OPERATOR_USER) -> tuple[bool, list[s
 
 def test_the_operator_may_write_its_own_webhook_configuration() -> None:
     assert guard(_configuration()) == (True, [])
+    assert guard(_configuration("validating")) == (True, [])  # pods CREATE and UPDATE
+
+
+def test_only_the_validating_webhook_may_see_pod_updates() -> None:
+    rule = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+            "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}  # fmt: skip
+    allowed, messages = guard(_configuration("mutating", rules=[rule]))
+    assert not allowed
+    assert any("only the creation of pods" in m for m in messages), messages
+    for operations in (["CREATE", "UPDATE", "DELETE"], ["*"], ["UPDATE"]):
+        body = _configuration("validating", rules=[{**rule, "operations": operations}])
+        assert not guard(body)[0], operations
 
 
 @pytest.mark.parametrize(

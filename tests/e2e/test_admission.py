@@ -9,6 +9,7 @@ for real, so the admitted spec includes the API server's own RuntimeClass admiss
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -148,3 +149,47 @@ def test_admission_on_the_real_api_server(cluster: dict[str, Any]) -> None:
         assert _create(core, ns, windows_pod(name, runtime_class), dry_run=False)["metadata"]["uid"]
     down = _refusal(core, ns, windows_pod("unsized", cluster["sized"], **limits))
     assert "failed calling webhook" in down
+
+
+def test_a_huge_exponent_is_refused_at_once_on_the_real_api_server(
+    cluster: dict[str, Any],
+) -> None:
+    """Issue 17, point 1. The API server accepts a memory limit of 1e20000000 and sends it
+    to the webhook, which used to compute it exactly for 19 s (past the webhook's 5 s
+    timeout: "context deadline exceeded", every wcow pod blocked meanwhile); it is now
+    refused at once with its reason, and the next pod is admitted."""
+    core, ns, sized = cluster["core"], cluster["ns"], cluster["sized"]
+    huge = windows_pod("huge", sized, limits={"cpu": "1", "memory": "1e20000000"})
+    started = time.monotonic()
+    refusal = _refusal(core, ns, huge)
+    elapsed = time.monotonic() - started
+    assert "InvalidQuantity" in refusal, refusal[:2000]
+    assert "spec.containers[app].resources.limits.memory" in refusal
+    assert "failed calling webhook" not in refusal  # a refusal, not a timeout or a 500
+    normal = _create(core, ns, windows_pod("normal", sized, limits={"cpu": "2"}), dry_run=True)
+    assert normal["metadata"]["annotations"][ANNOTATION_PROCESSOR_COUNT] == "2"
+    print(f"1e20000000 refused in {elapsed:.2f} s (API server and webhook)")
+
+
+def test_a_late_annotation_is_refused_at_update_on_the_real_api_server(
+    cluster: dict[str, Any],
+) -> None:
+    """Issue 17, point 2: a pod created gated, then annotated with 240 processors and 1 TB
+    before it is ungated, is refused at the UPDATE; a label and the ungating pass."""
+    core, ns, sized = cluster["core"], cluster["ns"], cluster["sized"]
+    gated = windows_pod("gated", sized, limits={"cpu": "1", "memory": "1Gi"})
+    gated["spec"]["schedulingGates"] = [{"name": "example.com/later"}]
+    created = _create(core, ns, gated, dry_run=False)
+    assert created["metadata"]["annotations"][ANNOTATION_PROCESSOR_COUNT] == "2"  # the floor
+    grow = {"metadata": {"annotations": {ANNOTATION_PROCESSOR_COUNT: "240",
+                                         ANNOTATION_MEMORY_MB: "1048576"}}}  # fmt: skip
+    with pytest.raises(ApiException) as caught:
+        core.patch_namespaced_pod("gated", ns, grow)
+    assert "AnnotationChanged" in str(caught.value.body), caught.value.body
+    stored = core.read_namespaced_pod("gated", ns).metadata.annotations
+    assert stored[ANNOTATION_PROCESSOR_COUNT] == "2"
+    labelled = core.patch_namespaced_pod("gated", ns, {"metadata": {"labels": {"app": "web"}}})
+    assert labelled.metadata.labels == {"app": "web"}
+    ungated = core.patch_namespaced_pod("gated", ns, {"spec": {"schedulingGates": None}})
+    assert not ungated.spec.scheduling_gates
+    assert ungated.metadata.annotations[ANNOTATION_PROCESSOR_COUNT] == "2"

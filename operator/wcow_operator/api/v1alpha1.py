@@ -27,15 +27,18 @@ from pydantic.config import JsonDict
 
 from wcow_operator.api import runhcs_options
 from wcow_operator.api.annotation_patterns import pattern_problem
+from wcow_operator.api.quantity import (
+    MAX_QUANTITY_TEXT,
+    QUANTITY_PATTERN,
+    canonical_quantity,
+    parse_quantity,
+)
 from wcow_operator.api.validation import (
     DNS1123_LABEL_MAX,
     DNS1123_LABEL_PATTERN,
     DNS1123_SUBDOMAIN_MAX,
-    QUANTITY_PATTERN,
-    canonical_quantity,
     is_dns1123_label,
     is_dns1123_subdomain,
-    is_quantity,
     label_value_problem,
     qualified_name_problem,
 )
@@ -91,10 +94,9 @@ FreeText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_STRING)
 
 def _quantity_text(value: object) -> str:
     # YAML gives `cpu: 1` as an int; the API takes int-or-string; the RuntimeClass wants text.
-    if isinstance(value, bool) or not isinstance(value, int | str) or not is_quantity(str(value)):
-        raise ValueError(
-            f"{value!r} is not a non-negative Kubernetes quantity (e.g. 250m, 1, 512Mi)"
-        )
+    if isinstance(value, float):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity: write it as a string")  # noqa: TRY004 - pydantic reports ValueError
+    parse_quantity(value)  # QuantityError (a ValueError) says why not, the value bounded
     return str(value)
 
 
@@ -106,6 +108,8 @@ Quantity = Annotated[
             "x-kubernetes-int-or-string": True,
             "anyOf": [{"type": "integer"}, {"type": "string"}],
             "pattern": QUANTITY_PATTERN,
+            "maxLength": MAX_QUANTITY_TEXT,
+            "minimum": 0,
         }
     ),
 ]

@@ -1,10 +1,9 @@
-"""Kubernetes name, label and quantity grammars, as apimachinery validates them."""
+"""Kubernetes name and label grammars, as apimachinery validates them (quantities:
+``wcow_operator.api.quantity``)."""
 
 from __future__ import annotations
 
-import math
 import re
-from fractions import Fraction
 
 DNS1123_LABEL_MAX = 63
 DNS1123_SUBDOMAIN_MAX = 253
@@ -13,16 +12,10 @@ DNS1123_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS1123_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 _LABEL_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
 LABEL_VALUE_PATTERN = rf"^({_LABEL_NAME})?$"
-# A non-negative Kubernetes quantity (resource.Quantity), as PodOverhead needs.
-QUANTITY_PATTERN = (
-    r"^\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$"
-)
-
 _dns_label = re.compile(DNS1123_LABEL_PATTERN)
 _dns_subdomain = re.compile(DNS1123_SUBDOMAIN_PATTERN)
 _label_name = re.compile(rf"^{_LABEL_NAME}$")
 _label_value = re.compile(LABEL_VALUE_PATTERN)
-_quantity = re.compile(QUANTITY_PATTERN)
 
 
 def is_dns1123_label(value: str) -> bool:
@@ -53,44 +46,3 @@ def label_value_problem(value: str) -> str | None:
             "starting and ending with a letter or digit"
         )
     return None
-
-
-def is_quantity(value: str) -> bool:
-    return _quantity.fullmatch(value) is not None
-
-
-_BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
-_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-_DECIMAL_SUFFIX = {exponent: suffix for suffix, exponent in _DECIMAL.items()}
-_QUANTITY_PARTS = re.compile(r"^\+?([0-9]*\.?[0-9]*)(.*)$")
-
-
-def canonical_quantity(text: str) -> str:
-    """The form the API server stores a quantity in (apimachinery Quantity.String()):
-    2048Mi -> 2Gi, 1000m -> 1, 0.5 -> 500m, 1.5Gi -> 1536Mi. Rendering this form keeps
-    GitOps diffs and the controller's compare-before-write quiet."""
-    if not is_quantity(text):
-        raise ValueError(f"{text!r} is not a Kubernetes quantity")
-    match = _QUANTITY_PARTS.match(text)
-    assert match is not None
-    number, suffix = Fraction(match.group(1)), match.group(2)
-    if suffix in _BINARY:
-        value, binary, exponent_form = number * 1024 ** _BINARY[suffix], True, False
-    elif suffix[:1] in ("e", "E"):
-        value, binary, exponent_form = number * Fraction(10) ** int(suffix[1:]), False, True
-    else:
-        value, binary, exponent_form = number * Fraction(10) ** _DECIMAL[suffix], False, False
-    if value == 0:
-        return "0"
-    nanos = math.ceil(value * 10**9)  # Quantity keeps at most nano precision, rounding up
-    if binary and value >= 1024 and value.denominator == 1:
-        count, power = int(value), 0
-        while count % 1024 == 0 and power < 6:
-            count, power = count // 1024, power + 1
-        return f"{count}{['', 'Ki', 'Mi', 'Gi', 'Ti', 'Pi', 'Ei'][power]}"
-    mantissa, exponent = nanos, -9
-    while mantissa % 1000 == 0 and exponent < 18:
-        mantissa, exponent = mantissa // 1000, exponent + 3
-    if exponent_form:
-        return f"{mantissa}e{exponent}" if exponent else str(mantissa)
-    return f"{mantissa}{_DECIMAL_SUFFIX[exponent]}"

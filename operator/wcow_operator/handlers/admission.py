@@ -10,12 +10,14 @@ always set failurePolicy Fail with a 30 s timeout for whatever the rules match.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,10 +26,11 @@ import kopf
 from prometheus_client import CollectorRegistry, Counter
 
 from wcow_operator.api.errors import ProfileInvalidError, parse_profile
+from wcow_operator.api.text import shown
 from wcow_operator.api.v1alpha1 import WindowsRuntimeProfile
 from wcow_operator.controller.api import ApiError
 from wcow_operator.handlers.certificates import Authority, ServingCertificate
-from wcow_operator.reconcile.admission import REASONS, Admitted, admit
+from wcow_operator.reconcile.admission import REASONS, Admitted, Decision, admit, admit_update
 from wcow_operator.render.webhooks import (
     KINDS,
     MUTATE_ID,
@@ -43,7 +46,13 @@ from wcow_operator.render.webhooks import (
 log = logging.getLogger(__name__)
 
 
-NOT_READY = "OperatorNotReady"  # a refusal reason of the webhook, not of the decision
+NOT_READY = "OperatorNotReady"  # refusal reasons of the webhook, not of the decision
+TIMED_OUT = "DecisionTimeout"
+# A decision takes well under 50 ms for any pod the API server can send (the pure decision
+# walks bounded input); this deadline only guards against the unforeseen, and stays well
+# inside the API server's timeoutSeconds (render.webhooks.TIMEOUT_SECONDS) so the pod gets
+# a refusal that says why rather than a "context deadline exceeded".
+DECISION_TIMEOUT_SECONDS = 2.0
 
 
 class AdmissionMetrics:
@@ -64,8 +73,36 @@ class AdmissionMetrics:
             ["reason"],
             registry=registry,
         )
-        for reason in (*REASONS, NOT_READY):
+        for reason in (*REASONS, NOT_READY, TIMED_OUT):
             self.refused.labels(reason=reason)
+
+
+class Decider:
+    """Runs each decision in a small pool of threads, off kopf's event loop, with a deadline.
+
+    The event loop keeps accepting and answering other admission requests while one is
+    decided, and a decision past its deadline is answered with a refusal (DecisionTimeout)
+    at once. A thread cannot be stopped, so a runaway decision would keep its worker: the
+    pool is small, and the decision's own bounds (api.quantity, the caps in
+    reconcile.admission) keep every decision in milliseconds; no single step holds the
+    interpreter lock for long, so the reconciler, Lease renewal and probes keep running.
+    Threads rather than processes: the profiles need no pickling per request and nothing
+    else is shared; a process pool would buy only killability, which the bounds make moot."""
+
+    def __init__(self, workers: int = 2, timeout: float = DECISION_TIMEOUT_SECONDS) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="admission")
+        self.timeout = timeout
+
+    async def decide(self, fn: Callable[..., Decision], *args: Any) -> Decision | None:
+        """The decision, or None when it missed its deadline."""
+        future = asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+        try:
+            return await asyncio.wait_for(future, self.timeout)
+        except TimeoutError:
+            return None
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class ProfileIndex:
@@ -139,12 +176,15 @@ def register(
     profiles: Callable[[], dict[str, WindowsRuntimeProfile]],
     metrics: AdmissionMetrics,
     synced: Callable[[], bool] = lambda: True,
+    decider: Decider | None = None,
 ) -> None:
-    """The mutating and validating handlers (the decision is pure and fast: no thread).
+    """The mutating (pod CREATE) and validating (pod CREATE and UPDATE) handlers; each
+    decision runs in ``decider``'s threads with a deadline.
 
     Before the operator has listed the profiles once it cannot tell a wcow pod from another,
     so it refuses (the pod's controller or the user tries again; the API server does not)
     rather than admit unchecked."""
+    decisions = decider or Decider()
 
     def known_profiles() -> dict[str, WindowsRuntimeProfile]:
         if not synced():
@@ -156,36 +196,53 @@ def register(
             )
         return profiles()
 
+    async def decided(fn: Callable[..., Decision], *args: Any) -> Admitted:
+        decision = await decisions.decide(fn, *args)
+        if decision is None:
+            metrics.refused.labels(reason=TIMED_OUT).inc()
+            raise kopf.AdmissionError(
+                f"{TIMED_OUT}: the decision on this pod took longer than "
+                f"{decisions.timeout:g} s; it is refused rather than admitted unchecked",
+                code=503,
+            )
+        if not isinstance(decision, Admitted):
+            metrics.refused.labels(reason=decision.reason).inc()
+            raise kopf.AdmissionError(f"{decision.reason}: {decision.message}", code=403)
+        return decision
+
     @kopf.on.mutate("", "v1", "pods", id=MUTATE_ID, operations=["CREATE"], registry=registry)
     async def mutate(
         body: kopf.Body, patch: kopf.Patch, warnings: list[str] | None = None, **_: Any
     ) -> None:
         known = known_profiles()
         class_name = (body.get("spec") or {}).get("runtimeClassName")
-        if class_name not in known and warnings is not None:
+        if isinstance(class_name, str) and class_name not in known and warnings is not None:
             warnings.append(
-                f"WindowsRuntimeProfile {class_name!r} is not valid and this operator replica "
-                "has no earlier valid spec of it: the pod is admitted unchecked "
+                f"WindowsRuntimeProfile {shown(class_name)} is not valid and this operator "
+                "replica has no earlier valid spec of it: the pod is admitted unchecked "
                 "(kubectl describe wrp shows why the profile is invalid)"
             )
-        decision = admit(dict(body), known)
-        if not isinstance(decision, Admitted):
-            metrics.refused.labels(reason=decision.reason).inc()
-            raise kopf.AdmissionError(f"{decision.reason}: {decision.message}", code=403)
+        decision = await decided(admit, dict(body), known)
         if decision.profile is not None:
             metrics.admitted.inc()
         if decision.mutated:
             metrics.mutated.inc()
             patch.fns.append(_replace_with(decision.pod))
 
-    @kopf.on.validate("", "v1", "pods", id=VALIDATE_ID, operations=["CREATE"], registry=registry)
-    async def validate(body: kopf.Body, **_: Any) -> None:
-        # The final pod, after every mutating webhook: refused if it would be refused now
-        # (e.g. another webhook raised its limits past the bounds after ours sized it).
-        decision = admit(dict(body), known_profiles())
-        if not isinstance(decision, Admitted):
-            metrics.refused.labels(reason=decision.reason).inc()
-            raise kopf.AdmissionError(f"{decision.reason}: {decision.message}", code=403)
+    @kopf.on.validate(
+        "", "v1", "pods", id=VALIDATE_ID, operations=["CREATE", "UPDATE"], registry=registry
+    )
+    async def validate(
+        body: kopf.Body, old: kopf.Body | None = None, operation: str | None = None, **_: Any
+    ) -> None:
+        # CREATE: the final pod, after every mutating webhook: refused if it would be refused
+        # now (e.g. another webhook raised its limits past the bounds after ours sized it).
+        # UPDATE: what hcsshim reads is fixed at creation (reconcile.admission.admit_update).
+        known = known_profiles()
+        if operation == "UPDATE" and old is not None:
+            await decided(admit_update, dict(old), dict(body), known)
+        else:
+            await decided(admit, dict(body), known)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,13 @@
 """Admission of pods that use a WindowsRuntimeProfile's RuntimeClass: pure decisions.
 
-``admit(pod, profiles)`` is what the webhook and ``wcow admit`` both run. It returns the pod
-as admitted (a copy; the input is never changed) or a refusal with a reason code and a
-message naming the quantity or annotation, its value and the bound.
+``admit(pod, profiles)`` is what the webhook (pod CREATE) and ``wcow admit`` both run;
+``admit_update(old, new, profiles)`` is the webhook's pod UPDATE. Each returns the pod as
+admitted (a copy; the input is never changed) or a refusal with a reason code and a message
+naming the field, its value (bounded and escaped: ``api.text.shown``) and the bound. Any
+shape of input gives one of the two, never an exception, and the work is bounded: at most
+``MAX_CONTAINERS`` containers, ``MAX_ANNOTATIONS`` annotations and ``MAX_SELECTOR_ITEMS``
+node-affinity items are walked (more is refused as ``PodTooLarge``), and each quantity is
+decided in microseconds (``api.quantity``).
 
 The arithmetic (issue 11), for a profile with ``spec.vm.sizing: FromPodLimits``:
 
@@ -16,18 +21,24 @@ The arithmetic (issue 11), for a profile with ``spec.vm.sizing: FromPodLimits``:
   Baseline overhead policy charges for a VM), rounded up to even MB as hcsshim does;
 - never below the profile's processorCount / memoryMB, never above maxProcessorCount /
   maxMemoryMB: a pod that needs more is refused.
+
+Annotations hcsshim reads (``api.hcs_annotations``) are checked on every wcow pod whose
+handler lets them through: bounded ones against the profile, opt-in ones refused unless the
+profile lists the exact key in ``spec.annotations.pod``.
 """
 
 from __future__ import annotations
 
 import copy
-import math
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, Final, Literal
 
+from wcow_operator.api import hcs_annotations as hcs
+from wcow_operator.api.quantity import NANO, QuantityError, parse_quantity
+from wcow_operator.api.text import shown
 from wcow_operator.api.v1alpha1 import (
     ANNOTATION_MEMORY_MB,
     ANNOTATION_PROCESSOR_COUNT,
@@ -35,7 +46,6 @@ from wcow_operator.api.v1alpha1 import (
     VMSpec,
     WindowsRuntimeProfile,
 )
-from wcow_operator.api.validation import is_quantity
 from wcow_operator.api.windows_builds import (
     WINDOWS_BUILD_LABEL,
     WindowsBuild,
@@ -47,45 +57,38 @@ MIB: Final = 2**20
 ResourceName = Literal["cpu", "memory"]
 RESOURCES: Final[tuple[ResourceName, ...]] = ("cpu", "memory")
 
+# What one decision walks at most. A pod object is at most ~1.5 MB (etcd) and the webhook
+# reads at most 1 MiB (aiohttp's client_max_size in kopf's server); these keep the walk far
+# inside the 50 ms the issue allows per pod of 100 containers, on any body that fits.
+MAX_CONTAINERS: Final = 256  # containers + initContainers + ephemeralContainers
+MAX_ANNOTATIONS: Final = 1024
+MAX_SELECTOR_ITEMS: Final = 1024  # node affinity terms, expressions and values together
+
 # Why a pod was refused; also the metric label.
 VM_TOO_LARGE: Final = "VMTooLarge"
 ANNOTATION_OUT_OF_BOUNDS: Final = "AnnotationOutOfBounds"
 ANNOTATION_INVALID: Final = "AnnotationInvalid"
+ANNOTATION_NOT_ALLOWED: Final = "AnnotationNotAllowed"
+ANNOTATION_CHANGED: Final = "AnnotationChanged"
 HOST_PROCESS_HYPERV: Final = "HostProcessWithHyperV"
 WINDOWS_BUILD_MISMATCH: Final = "WindowsBuildMismatch"
 INVALID_QUANTITY: Final = "InvalidQuantity"
+MALFORMED_POD: Final = "MalformedPod"
+POD_TOO_LARGE: Final = "PodTooLarge"
 REASONS: Final = (
     VM_TOO_LARGE,
     ANNOTATION_OUT_OF_BOUNDS,
     ANNOTATION_INVALID,
+    ANNOTATION_NOT_ALLOWED,
+    ANNOTATION_CHANGED,
     HOST_PROCESS_HYPERV,
     WINDOWS_BUILD_MISMATCH,
     INVALID_QUANTITY,
+    MALFORMED_POD,
+    POD_TOO_LARGE,
 )
 
-
-class _QuantityError(ValueError):
-    pass
-
-
-def parse_quantity(value: object) -> Fraction:
-    """A Kubernetes quantity as an exact number (cores for CPU, bytes for memory)."""
-    text = str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
-    if not isinstance(text, str) or not is_quantity(text):
-        raise _QuantityError(f"{value!r} is not a non-negative Kubernetes quantity")
-    match = re.fullmatch(r"\+?([0-9]*\.?[0-9]*)(.*)", text)
-    assert match is not None
-    number, suffix = Fraction(match.group(1)), match.group(2)
-    binary = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
-    decimal = {"m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-    if suffix in binary:
-        return Fraction(number * 1024 ** binary[suffix])
-    if suffix[:1] in ("e", "E"):
-        return Fraction(number * Fraction(10) ** int(suffix[1:]))
-    return Fraction(number * Fraction(10) ** decimal[suffix])
-
-
-BASELINE_MEMORY_MB: Final = math.ceil(parse_quantity(BASELINE_OVERHEAD["memory"]) / MIB)
+BASELINE_MEMORY_MB: Final = -(-parse_quantity(BASELINE_OVERHEAD["memory"]).ceil() // MIB)
 
 
 @dataclass(frozen=True)
@@ -111,13 +114,106 @@ class Refused:
 Decision = Admitted | Refused
 
 
+class _Refusal(Exception):  # noqa: N818 - control flow inside admit(), never escapes it
+    """Raised deep in the walk; admit() turns it into a Refused for the pod's profile."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+# -- reading a pod of any shape -----------------------------------------------------------------
+
+
+def _mapping(holder: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    """``holder[key]`` as an object: absent or null is empty, another type is refused."""
+    found = holder.get(key)
+    if found is None:
+        return {}
+    if not isinstance(found, dict):
+        raise _Refusal(MALFORMED_POD, f"{where}.{key} is {shown(found)}, not an object")
+    return found
+
+
+def _sequence(holder: Mapping[str, Any], key: str, where: str) -> list[Any]:
+    found = holder.get(key)
+    if found is None:
+        return []
+    if not isinstance(found, list):
+        raise _Refusal(MALFORMED_POD, f"{where}.{key} is {shown(found)}, not a list")
+    return found
+
+
+def _objects(holder: Mapping[str, Any], key: str, where: str) -> list[dict[str, Any]]:
+    items = _sequence(holder, key, where)
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise _Refusal(MALFORMED_POD, f"{where}.{key}[{index}] is {shown(item)}, not an object")
+    return items
+
+
+def _name(container: Mapping[str, Any], index: int) -> str:
+    """A container as messages name it: its name when it is a plain DNS label, else its index."""
+    name = container.get("name")
+    if isinstance(name, str) and re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):
+        return name
+    return str(index)
+
+
+def _metadata(pod: Mapping[str, Any]) -> dict[str, Any]:
+    return _mapping(pod, "metadata", "")
+
+
+def _spec(pod: Mapping[str, Any]) -> dict[str, Any]:
+    return _mapping(pod, "spec", "")
+
+
+def _annotations(pod: Mapping[str, Any]) -> dict[str, Any]:
+    found = _mapping(_metadata(pod), "annotations", "metadata")
+    if len(found) > MAX_ANNOTATIONS:
+        raise _Refusal(
+            POD_TOO_LARGE,
+            f"metadata.annotations has {len(found)} entries; a pod of a wcow RuntimeClass may "
+            f"have at most {MAX_ANNOTATIONS}",
+        )
+    return found
+
+
+CONTAINER_FIELDS: Final = ("initContainers", "containers", "ephemeralContainers")
+
+
+def _all_containers(spec: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    found = {field: _objects(spec, field, "spec") for field in CONTAINER_FIELDS}
+    count = sum(len(items) for items in found.values())
+    if count > MAX_CONTAINERS:
+        raise _Refusal(
+            POD_TOO_LARGE,
+            f"the pod has {count} containers (init and ephemeral included); a pod of a wcow "
+            f"RuntimeClass may have at most {MAX_CONTAINERS}",
+        )
+    return found
+
+
+# -- quantities and the VM a pod needs ------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class PodNeeds:
-    """What a pod's containers may use, as Kubernetes counts a pod (limits, else requests)."""
+    """What a pod's containers may use, as Kubernetes counts a pod (limits, else requests),
+    in nano-units (nanocores, nanobytes: exact, as apimachinery keeps them)."""
 
-    cpu: Fraction
-    memory: Fraction  # bytes
+    cpu_nanos: int
+    memory_nanos: int
     source: str  # "containers" or "pod-level resources", for messages
+
+    @property
+    def processors(self) -> int:
+        return -(-self.cpu_nanos // NANO)
+
+    @property
+    def memory_mib(self) -> int:
+        return -(-self.memory_nanos // (NANO * MIB))
 
 
 @dataclass(frozen=True)
@@ -127,48 +223,32 @@ class VMSize:
     needs: PodNeeds
 
 
-def _spec(pod: Mapping[str, Any]) -> dict[str, Any]:
-    spec = pod.get("spec")
-    return spec if isinstance(spec, dict) else {}
+def _resources(holder: Mapping[str, Any], kind: str, where: str) -> dict[str, Any]:
+    return _mapping(_mapping(holder, "resources", where), kind, f"{where}.resources")
 
 
-def _containers(spec: Mapping[str, Any], field: str) -> list[dict[str, Any]]:
-    items = spec.get(field)
-    return [c for c in items if isinstance(c, dict)] if isinstance(items, list) else []
-
-
-def _resources(holder: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    resources = holder.get("resources")
-    if not isinstance(resources, dict):
-        return {}
-    found = resources.get(kind)
-    return found if isinstance(found, dict) else {}
-
-
-def _counted(holder: Mapping[str, Any], resource: ResourceName, where: str) -> Fraction:
-    """The container's limit, else its request, else 0."""
+def _counted(holder: Mapping[str, Any], resource: ResourceName, where: str) -> int:
+    """The container's limit, else its request, else 0 (nano-units)."""
     for kind in ("limits", "requests"):
-        value = _resources(holder, kind).get(resource)
+        value = _resources(holder, kind, where).get(resource)
         if value is not None:
             try:
-                return parse_quantity(value)
-            except _QuantityError as error:
-                raise _QuantityError(f"{where}.resources.{kind}.{resource}: {error}") from None
-    return Fraction(0)
+                return parse_quantity(value).nanos
+            except QuantityError as error:
+                field = f"{where}.resources.{kind}.{resource}"
+                raise _Refusal(INVALID_QUANTITY, f"{field}: {error}") from None
+    return 0
 
 
-def _pod_total(spec: Mapping[str, Any], resource: ResourceName) -> Fraction:
+def _pod_total(containers: Mapping[str, list[dict[str, Any]]], resource: ResourceName) -> int:
     total = sum(
-        (
-            _counted(c, resource, f"spec.containers[{c.get('name', i)}]")
-            for i, c in enumerate(_containers(spec, "containers"))
-        ),
-        Fraction(0),
+        _counted(c, resource, f"spec.containers[{_name(c, i)}]")
+        for i, c in enumerate(containers["containers"])
     )
-    sidecars = Fraction(0)
-    init_peak = Fraction(0)
-    for i, container in enumerate(_containers(spec, "initContainers")):
-        value = _counted(container, resource, f"spec.initContainers[{container.get('name', i)}]")
+    sidecars = 0
+    init_peak = 0
+    for i, container in enumerate(containers["initContainers"]):
+        value = _counted(container, resource, f"spec.initContainers[{_name(container, i)}]")
         if container.get("restartPolicy") == "Always":  # a sidecar runs beside the app
             total += value
             sidecars += value
@@ -179,20 +259,29 @@ def _pod_total(spec: Mapping[str, Any], resource: ResourceName) -> Fraction:
     return max(total, init_peak)
 
 
-def pod_needs(pod: Mapping[str, Any]) -> PodNeeds:
-    """CPU (cores) and memory (bytes) the pod's containers may use. Raises ValueError naming
-    the field of a quantity that is not one."""
+def _pod_needs(pod: Mapping[str, Any]) -> PodNeeds:
     spec = _spec(pod)
-    values: dict[ResourceName, Fraction] = {}
+    containers = _all_containers(spec)
+    values: dict[ResourceName, int] = {}
     pod_level = False
     for resource in RESOURCES:
-        if any(_resources(spec, kind).get(resource) is not None for kind in ("limits", "requests")):
+        kinds = ("limits", "requests")
+        if any(_resources(spec, kind, "spec").get(resource) is not None for kind in kinds):
             values[resource] = _counted(spec, resource, "spec")
             pod_level = True
         else:
-            values[resource] = _pod_total(spec, resource)
+            values[resource] = _pod_total(containers, resource)
     source = "pod-level resources" if pod_level else "containers"
-    return PodNeeds(cpu=values["cpu"], memory=values["memory"], source=source)
+    return PodNeeds(cpu_nanos=values["cpu"], memory_nanos=values["memory"], source=source)
+
+
+def pod_needs(pod: Mapping[str, Any]) -> PodNeeds:
+    """CPU and memory the pod's containers may use. Raises ValueError naming the field of a
+    value that is not a quantity (or of a part of the pod that has the wrong shape)."""
+    try:
+        return _pod_needs(pod)
+    except _Refusal as refusal:
+        raise ValueError(refusal.message) from None
 
 
 def even_mb(value: int) -> int:
@@ -203,14 +292,15 @@ def even_mb(value: int) -> int:
 def vm_size(needs: PodNeeds, vm: VMSpec) -> VMSize:
     """The VM a pod needs, never below the profile's size (bounds are checked by the caller,
     so a message can name both the need and the bound)."""
-    processors = max(vm.floor_processors, math.ceil(needs.cpu))
-    memory = max(vm.floor_memory_mb, even_mb(math.ceil(needs.memory / MIB) + BASELINE_MEMORY_MB))
+    processors = max(vm.floor_processors, needs.processors)
+    memory = max(vm.floor_memory_mb, even_mb(needs.memory_mib + BASELINE_MEMORY_MB))
     return VMSize(processors=processors, memory_mb=memory, needs=needs)
 
 
 # -- Go path.Match, for containerd's pod_annotations allow-list ----------------------------
 
 
+@functools.lru_cache(maxsize=512)
 def _glob_regex(pattern: str) -> re.Pattern[str] | None:
     out, i = [], 0
     while i < len(pattern):
@@ -249,119 +339,185 @@ def allowed_through(key: str, patterns: Iterable[str]) -> bool:
     return False
 
 
-# -- the decision ---------------------------------------------------------------------------
+# -- annotations hcsshim reads -------------------------------------------------------------------
+
+_GO_BOOLS: Final = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
+                    "0": False, "f": False, "F": False, "FALSE": False, "false": False,
+                    "False": False}  # fmt: skip  # strconv.ParseBool
 
 
-def _annotations(pod: Mapping[str, Any]) -> dict[str, Any]:
-    metadata = pod.get("metadata")
-    found = metadata.get("annotations") if isinstance(metadata, dict) else None
-    return found if isinstance(found, dict) else {}
+def shim_annotations(pod: Mapping[str, Any], profile: WindowsRuntimeProfile) -> dict[str, Any]:
+    """The pod's annotations that reach hcsshim: under its prefixes and let through by the
+    handler's pod_annotations (containerd drops the rest)."""
+    patterns = profile.spec.pod_annotation_patterns()
+    return {
+        key: value
+        for key, value in _annotations(pod).items()
+        if isinstance(key, str) and hcs.is_hcs_key(key) and allowed_through(key, patterns)
+    }
 
 
-def _refuse(reason: str, profile: WindowsRuntimeProfile, message: str) -> Refused:
-    return Refused(reason=reason, message=message, profile=profile.name)
+@dataclass(frozen=True)
+class _Bounds:
+    """What a pod of this profile may ask for through annotations."""
+
+    processors: tuple[int, str]  # the bound and the field that sets it
+    memory_mb: tuple[int, str]
+    processor_limit: int
+    processor_weight: int
 
 
-def _host_process(spec: Mapping[str, Any]) -> str | None:
-    """Where the pod asks for a HostProcess container, or None."""
-
-    def flag(holder: Mapping[str, Any]) -> bool:
-        context = holder.get("securityContext")
-        options = context.get("windowsOptions") if isinstance(context, dict) else None
-        return isinstance(options, dict) and options.get("hostProcess") is True
-
-    if flag(spec):
-        return "spec.securityContext.windowsOptions.hostProcess"
-    for field in ("initContainers", "containers", "ephemeralContainers"):
-        for i, container in enumerate(_containers(spec, field)):
-            if flag(container):
-                name = container.get("name", i)
-                return f"spec.{field}[{name}].securityContext.windowsOptions.hostProcess"
-    return None
+def _profile_defaults(profile: WindowsRuntimeProfile) -> dict[str, str]:
+    """The handler's own DefaultContainerAnnotations (what a pod's annotation would replace)."""
+    spec = profile.spec
+    vm = spec.effective_vm()
+    options = (spec.containerd.options or {}).get("DefaultContainerAnnotations") or {}
+    return {**(vm.container_annotations() if vm else {}), **options}
 
 
-def _pinned_builds(spec: Mapping[str, Any]) -> tuple[str, list[list[str]]] | None:
-    """How the pod pins node.kubernetes.io/windows-build: (where, allowed values per
-    alternative); an alternative of None values means "any". None when it does not pin."""
-    selector = spec.get("nodeSelector")
-    if isinstance(selector, dict) and isinstance(selector.get(WINDOWS_BUILD_LABEL), str):
-        return "spec.nodeSelector", [[selector[WINDOWS_BUILD_LABEL]]]
-    affinity = spec.get("affinity")
-    node = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
-    required = node.get("requiredDuringSchedulingIgnoredDuringExecution") if node else None
-    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
-    if not isinstance(terms, list) or not terms:
-        return None
-    alternatives: list[list[str]] = []
-    for term in terms:
-        expressions = term.get("matchExpressions") if isinstance(term, dict) else None
-        pins = [
-            e
-            for e in expressions or []
-            if isinstance(e, dict) and e.get("key") == WINDOWS_BUILD_LABEL
-            and e.get("operator") == "In"
-        ]  # fmt: skip
-        if not pins:
-            return None  # this alternative lets any build through
-        values = set(pins[0].get("values") or [])
-        for other in pins[1:]:
-            values &= set(other.get("values") or [])
-        alternatives.append(sorted(values))
-    where = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-    return where, alternatives
+def _bounds(vm: VMSpec, defaults: Mapping[str, str]) -> _Bounds:
+    """Without maxProcessorCount/maxMemoryMB (only possible on a Fixed profile) the profile's
+    own size is the most: a pod may make its VM smaller, never larger than the platform team
+    configured. Limit and weight: at most what the handler sets, else hcsshim's full limit
+    and the weight every other sandbox gets."""
+
+    def number(key: str, default: int) -> int:
+        text = defaults.get(key)
+        return int(text) if isinstance(text, str) and text.isdigit() else default
+
+    return _Bounds(
+        processors=(vm.max_processor_count, "maxProcessorCount") if vm.max_processor_count
+        else (vm.floor_processors, "processorCount"),
+        memory_mb=(vm.max_memory_mb, "maxMemoryMB") if vm.max_memory_mb
+        else (vm.floor_memory_mb, "memoryMB"),
+        processor_limit=number(hcs.PROCESSOR_LIMIT, hcs.PROCESSOR_LIMIT_MAX),
+        processor_weight=number(hcs.PROCESSOR_WEIGHT, hcs.SANDBOX_DEFAULT_WEIGHT),
+    )  # fmt: skip
 
 
-def _build_runs(value: str, guest: WindowsBuild) -> bool:
-    try:
-        host = parse_windows_build(value)
-    except ValueError:
-        return False
-    return value == host.label_value and process_can_run(host, guest)
+def _whole_number(key: str, value: str, *, positive: bool) -> int:
+    if not re.fullmatch(r"[0-9]{1,10}", value) or (positive and int(value) == 0):
+        kind = "positive whole number" if positive else "whole number"
+        raise _Refusal(
+            ANNOTATION_INVALID,
+            f"annotation {key}={shown(value)} is not a {kind}: hcsshim would ignore it and "
+            "use the profile's setting; write a number such as 4",
+        )
+    return int(value)
 
 
-def _check_process(pod: Mapping[str, Any], profile: WindowsRuntimeProfile) -> Refused | None:
-    guest = profile.spec.guest_build
-    pinned = _pinned_builds(_spec(pod))
-    if guest is None or pinned is None:
-        return None
-    where, alternatives = pinned
-    if any(_build_runs(v, guest) for values in alternatives for v in values):
-        return None
-    asked = sorted({v for values in alternatives for v in values})
-    return _refuse(
-        WINDOWS_BUILD_MISMATCH,
-        profile,
-        f"{where} pins {WINDOWS_BUILD_LABEL} to {', '.join(asked) or 'no value'}, but "
-        f"RuntimeClass {profile.name!r} runs process-isolated containers built for "
-        f"{guest.label_value} ({profile.spec.windows_build}), which no such host can run: "
-        f"pin {guest.label_value}, drop the pin, or use a Hyper-V RuntimeClass",
+def _boolean(key: str, value: str) -> bool:
+    if value not in _GO_BOOLS:
+        raise _Refusal(
+            ANNOTATION_INVALID,
+            f"annotation {key}={shown(value)} is not true or false: hcsshim would ignore it",
+        )
+    return _GO_BOOLS[value]
+
+
+@dataclass(frozen=True)
+class _AnnotationFacts:
+    """What a pod's own annotations decide: its VM size where it sets one, and whether
+    its VM commits all its memory at start."""
+
+    sizes: dict[str, int]
+    physically_backed: bool
+
+
+def _check_annotations(
+    pod: Mapping[str, Any], profile: WindowsRuntimeProfile, vm: VMSpec | None
+) -> _AnnotationFacts:
+    """Each annotation that reaches hcsshim, judged by the catalogue; _Refusal at the
+    first that may not pass."""
+    listed = set(profile.spec.pod_annotation_patterns())  # opt-in: the exact key is listed
+    defaults = _profile_defaults(profile)
+    sizes: dict[str, int] = {}
+    backed = False
+    for key, raw in sorted(shim_annotations(pod, profile).items()):
+        entry = hcs.entry_for(key)
+        if entry.treatment == "OptIn":
+            if key in listed:
+                continue
+            raise _Refusal(
+                ANNOTATION_NOT_ALLOWED,
+                f"annotation {shown(key)} ({entry.why}) may be set by a pod only where "
+                f"WindowsRuntimeProfile {profile.name!r} lists that exact key in "
+                "spec.annotations.pod (a wildcard does not count): remove it from the pod",
+            )
+        if not isinstance(raw, str):
+            raise _Refusal(ANNOTATION_INVALID, f"annotation {key} is {shown(raw)}, not a string")
+        if entry.kind == "bool":
+            flag = _boolean(key, raw)
+            if key == hcs.HOST_PROCESS and flag:
+                raise _Refusal(
+                    ANNOTATION_NOT_ALLOWED,
+                    f"annotation {key}=true asks for a HostProcess container by annotation; "
+                    "HostProcess is requested only by securityContext.windowsOptions."
+                    "hostProcess (which Pod Security admission checks): remove the annotation",
+                )
+            committed = (key == hcs.PHYSICALLY_BACKED and flag) or (
+                key == hcs.ALLOW_OVERCOMMIT and not flag
+            )
+            if committed and vm is not None:
+                _check_backed(key, raw, profile, vm, listed)
+                backed = True
+        elif entry.kind == "count":
+            bounded = entry.treatment == "Bounded"
+            value = _whole_number(key, raw, positive=bounded)
+            if bounded and vm is not None:
+                _check_bound(key, value, _bounds(vm, defaults), profile)
+                if key in (ANNOTATION_PROCESSOR_COUNT, ANNOTATION_MEMORY_MB):
+                    sizes[key] = value
+    return _AnnotationFacts(sizes=sizes, physically_backed=backed)
+
+
+def _check_backed(
+    key: str, raw: str, profile: WindowsRuntimeProfile, vm: VMSpec, listed: set[str]
+) -> None:
+    """A VM that commits its memory must be charged to the node: FromPodLimits raises the
+    pod's memory requests to its limits (as for a profile that backs memory); a Fixed VM is
+    charged only through the RuntimeClass overhead, which covers it only where the profile
+    backs memory itself (WholeVM by default)."""
+    if vm.sizing == "FromPodLimits" or vm.fully_physically_backed or key in listed:
+        return
+    raise _Refusal(
+        ANNOTATION_NOT_ALLOWED,
+        f"annotation {key}={shown(raw)} commits all of the VM's {vm.floor_memory_mb} MB at "
+        f"start, but WindowsRuntimeProfile {profile.name!r} (sizing Fixed) charges the node "
+        "for a virtually backed VM: remove the annotation, or use a profile with "
+        "spec.vm.fullyPhysicallyBacked or sizing FromPodLimits",
     )
 
 
-def _annotation_value(key: str, raw: object, profile: WindowsRuntimeProfile) -> int | Refused:
-    text = raw if isinstance(raw, str) else str(raw)
-    if not re.fullmatch(r"[0-9]{1,10}", text) or int(text) == 0:
-        return _refuse(
-            ANNOTATION_INVALID,
-            profile,
-            f"annotation {key}={text!r} is not a positive whole number: hcsshim would ignore "
-            "it and use the profile's size; write a number such as 4",
+def _check_bound(key: str, value: int, bounds: _Bounds, profile: WindowsRuntimeProfile) -> None:
+    if key in (ANNOTATION_PROCESSOR_COUNT, ANNOTATION_MEMORY_MB):
+        _check_size(key, value, bounds, profile)
+        return
+    if key == hcs.PROCESSOR_LIMIT:
+        bound, what = bounds.processor_limit, "the profile's spec.vm.processorLimit"
+        if bound == hcs.PROCESSOR_LIMIT_MAX:
+            what = "hcsshim's maximum (100 %)"
+    else:
+        bound, what = bounds.processor_weight, "the profile's spec.vm.processorWeight"
+        if key == hcs.PROCESSOR_WEIGHT and bound == hcs.SANDBOX_DEFAULT_WEIGHT:
+            what = (
+                "the weight every other sandbox gets (containerd's default CPU shares; "
+                "the profile sets no spec.vm.processorWeight)"
+            )
+    if value > bound:
+        raise _Refusal(
+            ANNOTATION_OUT_OF_BOUNDS,
+            f"annotation {key}={value} asks for more than {bound}, {what}, of "
+            f"WindowsRuntimeProfile {profile.name!r}: ask for at most {bound}",
         )
-    return int(text)
 
 
-def _check_annotation(
-    key: str,
-    value: int,
-    *,
-    bound: int,
-    unit: str,
-    field: str,
-    profile: WindowsRuntimeProfile,
-) -> Refused | None:
+def _check_size(key: str, value: int, bounds: _Bounds, profile: WindowsRuntimeProfile) -> None:
+    bound, field = bounds.processors if key == ANNOTATION_PROCESSOR_COUNT else bounds.memory_mb
+    unit = "processors" if key == ANNOTATION_PROCESSOR_COUNT else "MB"
     effective = even_mb(value) if key == ANNOTATION_MEMORY_MB else value
     if effective <= bound:
-        return None
+        return
     rounded = f" (rounded up to {effective})" if effective != value else ""
     where = f"spec.vm.{field} {bound} {unit}"
     if not field.startswith("max"):
@@ -373,9 +529,8 @@ def _check_annotation(
         advice = f"ask for at most {bound}, or have spec.vm.{maximum} set on the profile"
     else:
         advice = f"ask for at most {bound}"
-    return _refuse(
+    raise _Refusal(
         ANNOTATION_OUT_OF_BOUNDS,
-        profile,
         f"annotation {key}={value}{rounded} asks for more than {where} "
         f"of WindowsRuntimeProfile {profile.name!r}: {advice}",
     )
@@ -387,149 +542,271 @@ def _is_set(profile: WindowsRuntimeProfile, field: str) -> bool:
     return vm is not None and getattr(vm, attribute) is not None
 
 
-def _annotation_bounds(vm: VMSpec) -> tuple[tuple[str, int, str, str], ...]:
-    """Per sizing annotation: the largest value a pod may ask for, its unit and the field
-    that sets it. Without maxProcessorCount/maxMemoryMB (only possible on a Fixed profile) the
-    profile's own size is the most: a pod may make its VM smaller, never larger than the
-    platform team configured."""
-    return (
-        (ANNOTATION_PROCESSOR_COUNT, *(
-            (vm.max_processor_count, "maxProcessorCount") if vm.max_processor_count
-            else (vm.floor_processors, "processorCount")
-        ), "processors"),
-        (ANNOTATION_MEMORY_MB, *(
-            (vm.max_memory_mb, "maxMemoryMB") if vm.max_memory_mb
-            else (vm.floor_memory_mb, "memoryMB")
-        ), "MB"),
-    )  # fmt: skip
+# -- HostProcess and process-isolated builds ------------------------------------------------------
 
 
-def _own_annotations(
-    pod: Mapping[str, Any], profile: WindowsRuntimeProfile, vm: VMSpec
-) -> dict[str, int] | Refused:
-    """The pod's own sizing annotations that reach the shim, each checked."""
-    annotations = _annotations(pod)
-    passes = profile.spec.pod_annotation_patterns()
-    own: dict[str, int] = {}
-    for key, bound, field, unit in _annotation_bounds(vm):
-        if key not in annotations or not allowed_through(key, passes):
-            continue  # containerd drops what the handler does not let through
-        value = _annotation_value(key, annotations[key], profile)
-        if isinstance(value, Refused):
-            return value
-        refused = _check_annotation(
-            key, value, bound=bound, unit=unit, field=field, profile=profile
+def _host_process(spec: Mapping[str, Any]) -> str | None:
+    """Where the pod asks for a HostProcess container, or None."""
+
+    def flag(holder: Mapping[str, Any], where: str) -> bool:
+        context = _mapping(holder, "securityContext", where)
+        options = _mapping(context, "windowsOptions", f"{where}.securityContext")
+        return options.get("hostProcess") is True
+
+    if flag(spec, "spec"):
+        return "spec.securityContext.windowsOptions.hostProcess"
+    for field, items in _all_containers(spec).items():
+        for i, container in enumerate(items):
+            where = f"spec.{field}[{_name(container, i)}]"
+            if flag(container, where):
+                return f"{where}.securityContext.windowsOptions.hostProcess"
+    return None
+
+
+_REQUIRED = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def _pinned_builds(spec: Mapping[str, Any]) -> tuple[str, list[list[str]]] | None:
+    """How the pod pins node.kubernetes.io/windows-build: (where, allowed values per
+    alternative). None when it does not pin (some alternative lets any build through)."""
+    selector = _mapping(spec, "nodeSelector", "spec")
+    pinned = selector.get(WINDOWS_BUILD_LABEL)
+    if isinstance(pinned, str):
+        return "spec.nodeSelector", [[pinned]]
+    node = _mapping(_mapping(spec, "affinity", "spec"), "nodeAffinity", "spec.affinity")
+    required = _mapping(node, "requiredDuringSchedulingIgnoredDuringExecution",
+                        "spec.affinity.nodeAffinity")  # fmt: skip
+    terms = _objects(required, "nodeSelectorTerms", _REQUIRED)
+    if not terms:
+        return None
+    walked = len(terms)
+    alternatives: list[list[str]] = []
+    for t, term in enumerate(terms):
+        where = f"{_REQUIRED}.nodeSelectorTerms[{t}]"
+        expressions = _objects(term, "matchExpressions", where)
+        walked += len(expressions)
+        sets: list[set[str]] = []
+        for e, expression in enumerate(expressions):
+            if expression.get("key") != WINDOWS_BUILD_LABEL or expression.get("operator") != "In":
+                continue
+            values = _sequence(expression, "values", f"{where}.matchExpressions[{e}]")
+            walked += len(values)
+            _within_selector_bound(walked)
+            if not all(isinstance(v, str) for v in values):
+                raise _Refusal(MALFORMED_POD, f"{where}.matchExpressions[{e}].values: "
+                                              "every value must be a string")  # fmt: skip
+            sets.append(set(values))
+        _within_selector_bound(walked)
+        if not sets:
+            return None  # this alternative lets any build through
+        alternatives.append(sorted(set.intersection(*sets)))
+    return _REQUIRED, alternatives
+
+
+def _within_selector_bound(walked: int) -> None:
+    if walked > MAX_SELECTOR_ITEMS:
+        raise _Refusal(
+            POD_TOO_LARGE,
+            f"{_REQUIRED} has more than {MAX_SELECTOR_ITEMS} terms, expressions and values; a "
+            "pod of a wcow RuntimeClass may have at most that many",
         )
-        if refused is not None:
-            return refused
-        own[key] = value
-    return own
 
 
-def _too_large(
-    size: VMSize, vm: VMSpec, own: Mapping[str, int], profile: WindowsRuntimeProfile
-) -> Refused | None:
+def _build_runs(value: str, guest: WindowsBuild) -> bool:
+    try:
+        host = parse_windows_build(value)
+    except ValueError:
+        return False
+    return value == host.label_value and process_can_run(host, guest)
+
+
+def _check_process(pod: Mapping[str, Any], profile: WindowsRuntimeProfile) -> None:
+    guest = profile.spec.guest_build
+    pinned = _pinned_builds(_spec(pod))
+    if guest is None or pinned is None:
+        return
+    where, alternatives = pinned
+    if any(_build_runs(v, guest) for values in alternatives for v in values):
+        return
+    asked = sorted({v for values in alternatives for v in values})
+    listed = ", ".join(shown(v) for v in asked[:8]) + (" ..." if len(asked) > 8 else "")
+    raise _Refusal(
+        WINDOWS_BUILD_MISMATCH,
+        f"{where} pins {WINDOWS_BUILD_LABEL} to {listed or 'no value'}, but "
+        f"RuntimeClass {profile.name!r} runs process-isolated containers built for "
+        f"{guest.label_value} ({profile.spec.windows_build}), which no such host can run: "
+        f"pin {guest.label_value}, drop the pin, or use a Hyper-V RuntimeClass",
+    )
+
+
+# -- sizing a Hyper-V pod ------------------------------------------------------------------------
+
+
+def _too_large(size: VMSize, vm: VMSpec, own: Mapping[str, int], profile_name: str) -> None:
     needs = size.needs
     assert vm.max_processor_count is not None
     assert vm.max_memory_mb is not None
     if ANNOTATION_PROCESSOR_COUNT not in own and size.processors > vm.max_processor_count:
-        return _refuse(
+        raise _Refusal(
             VM_TOO_LARGE,
-            profile,
             f"the pod's CPU limits ({needs.source}; requests where no limit) total "
-            f"{float(needs.cpu):g} cores, a utility VM of {size.processors} processors, above "
-            f"spec.vm.maxProcessorCount {vm.max_processor_count} of WindowsRuntimeProfile "
-            f"{profile.name!r}: lower the CPU limits to at most {vm.max_processor_count}",
+            f"{needs.cpu_nanos / NANO:g} cores, a utility VM of {size.processors} processors, "
+            f"above spec.vm.maxProcessorCount {vm.max_processor_count} of WindowsRuntimeProfile "
+            f"{profile_name!r}: lower the CPU limits to at most {vm.max_processor_count}",
         )
     if ANNOTATION_MEMORY_MB not in own and size.memory_mb > vm.max_memory_mb:
-        return _refuse(
+        raise _Refusal(
             VM_TOO_LARGE,
-            profile,
             f"the pod's memory limits ({needs.source}; requests where no limit) total "
-            f"{math.ceil(needs.memory / MIB)} MiB, a utility VM of {size.memory_mb} MB with the "
+            f"{needs.memory_mib} MiB, a utility VM of {size.memory_mb} MB with the "
             f"VM's own {BASELINE_MEMORY_MB} MB, above spec.vm.maxMemoryMB {vm.max_memory_mb} of "
-            f"WindowsRuntimeProfile {profile.name!r}: lower the memory limits to at most "
+            f"WindowsRuntimeProfile {profile_name!r}: lower the memory limits to at most "
             f"{vm.max_memory_mb - BASELINE_MEMORY_MB} MiB",
         )
-    return None
 
 
 def _set_memory_requests(pod: dict[str, Any], needs: PodNeeds) -> list[str]:
     """Physically backed VMs commit their memory at start: charge the node for it by making
     memory requests equal to limits (raising a request is always valid; QoS is computed
-    after mutating admission)."""
+    after mutating admission). The pod was walked already: every shape here is valid."""
     spec = _spec(pod)
     holders: list[tuple[str, dict[str, Any]]]
     if needs.source == "pod-level resources":
         holders = [("spec", spec)]
     else:
+        containers = _all_containers(spec)
         holders = [
-            (f"spec.{field}[{c.get('name', i)}]", c)
+            (f"spec.{field}[{_name(c, i)}]", c)
             for field in ("initContainers", "containers")
-            for i, c in enumerate(_containers(spec, field))
+            for i, c in enumerate(containers[field])
         ]
     changes = []
     for where, holder in holders:
-        limit = _resources(holder, "limits").get("memory")
+        limit = _resources(holder, "limits", where).get("memory")
         if limit is None:
             continue  # counted by its request already: the node is charged what the VM gets
-        request = _resources(holder, "requests").get("memory")
-        if request is not None and parse_quantity(request) == parse_quantity(limit):
+        request = _resources(holder, "requests", where).get("memory")
+        if request is not None and parse_quantity(request).nanos == parse_quantity(limit).nanos:
             continue
-        holder["resources"].setdefault("requests", {})["memory"] = limit
+        holder["resources"].setdefault("requests", {})
+        if holder["resources"]["requests"] is None:
+            holder["resources"]["requests"] = {}
+        holder["resources"]["requests"]["memory"] = limit
         changes.append(f"{where}.resources.requests.memory={limit} (was {request or 'unset'})")
     return changes
 
 
-def _admit_hyperv(pod: dict[str, Any], profile: WindowsRuntimeProfile) -> Decision:
+def _admit_hyperv(pod: dict[str, Any], profile: WindowsRuntimeProfile) -> Admitted:
     vm = profile.spec.effective_vm()
     assert vm is not None
-    own = _own_annotations(pod, profile, vm)
-    if isinstance(own, Refused):
-        return own
-    if vm.sizing != "FromPodLimits":
-        return Admitted(pod=pod, profile=profile.name)
-    try:
-        size = vm_size(pod_needs(pod), vm)
-    except _QuantityError as error:
-        return _refuse(INVALID_QUANTITY, profile, str(error))
-    refused = _too_large(size, vm, own, profile)
-    if refused is not None:
-        return refused
-    changes: list[str] = []
-    metadata = pod.setdefault("metadata", {})
-    for key, value in (
-        (ANNOTATION_PROCESSOR_COUNT, size.processors),
-        (ANNOTATION_MEMORY_MB, size.memory_mb),
-    ):
-        if key not in own:
-            if not isinstance(metadata.get("annotations"), dict):
-                metadata["annotations"] = {}
-            metadata["annotations"][key] = str(value)
-            changes.append(f"metadata.annotations[{key}]={value}")
-    if vm.fully_physically_backed:
-        changes += _set_memory_requests(pod, size.needs)
-    return Admitted(pod=pod, changes=tuple(changes), profile=profile.name)
-
-
-def admit(pod: Mapping[str, Any], profiles: Mapping[str, WindowsRuntimeProfile]) -> Decision:
-    """The pod as the webhook admits it, or why it refuses it. ``profiles`` by RuntimeClass
-    name (a profile's RuntimeClass has its name). Pods of other classes come back as given."""
-    copied = copy.deepcopy(dict(pod))
-    class_name = _spec(copied).get("runtimeClassName")
-    profile = profiles.get(class_name) if isinstance(class_name, str) else None
-    if profile is None:
-        return Admitted(pod=copied)
-    if profile.spec.isolation == "Process":
-        refused = _check_process(copied, profile)
-        return refused or Admitted(pod=copied, profile=profile.name)
-    where = _host_process(_spec(copied))
+    where = _host_process(_spec(pod))
     if where is not None:
-        return _refuse(
+        raise _Refusal(
             HOST_PROCESS_HYPERV,
-            profile,
             f"{where} is true, but RuntimeClass {profile.name!r} runs pods in a Hyper-V utility "
             "VM, where a HostProcess container (which runs on the host itself) cannot start: "
             "drop runtimeClassName or use a process-isolated RuntimeClass",
         )
-    return _admit_hyperv(copied, profile)
+    facts = _check_annotations(pod, profile, vm)
+    if vm.sizing != "FromPodLimits":
+        _pod_needs(pod)  # every quantity still has to be one
+        return Admitted(pod=pod, profile=profile.name)
+    size = vm_size(_pod_needs(pod), vm)
+    _too_large(size, vm, facts.sizes, profile.name)
+    changes: list[str] = []
+    metadata = pod.get("metadata")
+    if not isinstance(metadata, dict):  # absent or null (any other shape was refused)
+        metadata = pod["metadata"] = {}
+    for key, value in (
+        (ANNOTATION_PROCESSOR_COUNT, size.processors),
+        (ANNOTATION_MEMORY_MB, size.memory_mb),
+    ):
+        if key not in facts.sizes:
+            if not isinstance(metadata.get("annotations"), dict):
+                metadata["annotations"] = {}
+            metadata["annotations"][key] = str(value)
+            changes.append(f"metadata.annotations[{key}]={value}")
+    if vm.fully_physically_backed or facts.physically_backed:
+        changes += _set_memory_requests(pod, size.needs)
+    return Admitted(pod=pod, changes=tuple(changes), profile=profile.name)
+
+
+# -- the decisions -------------------------------------------------------------------------------
+
+
+def _profile_of(
+    pod: Mapping[str, Any], profiles: Mapping[str, WindowsRuntimeProfile]
+) -> WindowsRuntimeProfile | None:
+    spec = pod.get("spec")
+    class_name = spec.get("runtimeClassName") if isinstance(spec, dict) else None
+    return profiles.get(class_name) if isinstance(class_name, str) else None
+
+
+def admit(pod: Mapping[str, Any], profiles: Mapping[str, WindowsRuntimeProfile]) -> Decision:
+    """The pod as the webhook admits it at CREATE, or why it refuses it. ``profiles`` by
+    RuntimeClass name (a profile's RuntimeClass has its name). Pods of other classes come
+    back as given."""
+    profile = _profile_of(pod, profiles)
+    if profile is None:
+        return Admitted(pod=dict(pod))
+    copied = copy.deepcopy(dict(pod))
+    try:
+        if profile.spec.isolation == "Process":
+            _check_annotations(copied, profile, None)
+            _check_process(copied, profile)
+            _pod_needs(copied)
+            return Admitted(pod=copied, profile=profile.name)
+        return _admit_hyperv(copied, profile)
+    except _Refusal as refusal:
+        return Refused(reason=refusal.reason, message=refusal.message, profile=profile.name)
+
+
+def _placement(pod: Mapping[str, Any]) -> tuple[object, object]:
+    spec = pod.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
+    return spec.get("nodeSelector"), spec.get("affinity")
+
+
+def _check_unchanged(
+    old: Mapping[str, Any], new: Mapping[str, Any], profile: WindowsRuntimeProfile
+) -> None:
+    try:
+        before = shim_annotations(old, profile)
+    except _Refusal:
+        before = {}  # a stored pod of a shape we cannot read: any shim annotation is new
+    after = shim_annotations(new, profile)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    if changed:
+        listed = ", ".join(shown(k) for k in changed[:4])
+        more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+        raise _Refusal(
+            ANNOTATION_CHANGED,
+            f"annotation {listed}{more} changed after the pod was created; hcsshim reads "
+            "them each time the kubelet creates the pod's sandbox, so they are fixed at "
+            "creation: delete the pod and create it again with the new values",
+        )
+
+
+def admit_update(
+    old: Mapping[str, Any], new: Mapping[str, Any], profiles: Mapping[str, WindowsRuntimeProfile]
+) -> Decision:
+    """A pod UPDATE (the validating webhook cannot change the pod, only refuse).
+
+    The kubelet reads the annotations whenever it creates the pod's sandbox (again after a
+    sandbox dies), so every annotation hcsshim would get is fixed once the pod exists: a
+    change to one is refused. While the pod is scheduling-gated, Kubernetes lets its
+    nodeSelector and affinity change: a change there is judged as at CREATE. Every other
+    update (labels, finalizers, owner references, ...) passes, even for a pod the current
+    profile would refuse, so no pod is ever stuck."""
+    profile = _profile_of(new, profiles)
+    if profile is None:
+        return Admitted(pod=dict(new))
+    try:
+        _check_unchanged(old, new, profile)
+    except _Refusal as refusal:
+        return Refused(reason=refusal.reason, message=refusal.message, profile=profile.name)
+    if _placement(old) != _placement(new):
+        decision = admit(new, profiles)
+        if isinstance(decision, Refused):
+            return decision
+    return Admitted(pod=dict(new), profile=profile.name)

@@ -1,5 +1,11 @@
 """The Mutating- and ValidatingWebhookConfiguration of the pod admission webhook (issue 11).
 
+The mutating webhook sees pod CREATE (it sizes the VM); the validating one sees CREATE and
+UPDATE: the kubelet reads the VM annotations whenever it creates the pod's sandbox, so they
+must not change after admission (reconcile.admission.admit_update). Both rules match only
+the pods resource (no subresource: status updates never reach the webhook). A chart guard
+(ValidatingAdmissionPolicy) pins exactly these rules, so change them together.
+
 Safety first: the API server calls the webhook only for pods whose runtimeClassName is one of
 the profiles' RuntimeClasses (matchConditions, GA in Kubernetes 1.30), never in kube-system or
 the operator's own namespace (namespaceSelector). Only for those pods is failurePolicy Fail:
@@ -7,6 +13,13 @@ a pod of a wcow class admitted unchecked while the webhook is down could get a u
 smaller than its limits or larger than the platform team allows, so it waits instead. Pods
 of any other class, and pods without one, never reach the webhook, so its being down cannot
 block them.
+
+matchConditions (k8s.io/apiserver features: AdmissionWebhookMatchConditions, beta and on by
+default in 1.28 and 1.29, GA and locked on from 1.30) are dropped by an API server with the
+gate off: then every pod CREATE and UPDATE outside the excluded namespaces reaches the
+webhook. The handlers pass pods of other classes at once, but while no replica answers,
+failurePolicy Fail blocks their creation and update too (label and finalizer changes
+included); the keeper logs an error when it sees the conditions dropped.
 """
 
 from __future__ import annotations
@@ -24,6 +37,7 @@ KINDS: Final = ("mutating", "validating")
 MUTATE_ID: Final = "mutate-pods"
 VALIDATE_ID: Final = "validate-pods"
 WEBHOOK_NAME_SUFFIX: Final = "pods.runtime.wcow.dev"
+OPERATIONS: Final = {"mutating": ("CREATE",), "validating": ("CREATE", "UPDATE")}
 TIMEOUT_SECONDS: Final = 5
 PEM_END: Final = "-----END CERTIFICATE-----"
 MAX_CAS: Final = 16  # replicas' CAs kept in the bundle (each replica serves with its own)
@@ -108,7 +122,7 @@ def webhook(
                 "apiGroups": [""],
                 "apiVersions": ["v1"],
                 "resources": ["pods"],
-                "operations": ["CREATE"],
+                "operations": list(OPERATIONS[kind]),
                 "scope": "Namespaced",
             }
         ],
