@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from wcow_operator.api.errors import ProfileInvalidError, parse_profile
-from wcow_operator.api.safe_text import printable, shown
+from wcow_operator.api.text import printable, shown
 from wcow_operator.api.validation import is_dns1123_label
 from wcow_operator.render.plan import (
     PLAN_KIND,

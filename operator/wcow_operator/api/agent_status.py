@@ -28,7 +28,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from wcow_operator.api.safe_text import printable
+from wcow_operator.api.text import printable
 from wcow_operator.api.validation import DNS1123_LABEL_MAX, DNS1123_LABEL_PATTERN
 from wcow_operator.api.windows_builds import WINDOWS_VERSION_PATTERN
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from wcow_operator.api.safe_text import shown
+from wcow_operator.api.text import KEY_CHARACTERS, shown
 
 INT32_MAX = 2**31 - 1
 
@@ -110,7 +110,7 @@ def default_annotations_problem(annotations: dict[str, str]) -> str | None:
             why = REFUSED_DEFAULT_ANNOTATIONS[folded]
         else:
             continue
-        return f"may not set {shown(key)}, which it would add to every pod: {why}"
+        return f"may not set {shown(key, KEY_CHARACTERS)}, which it would add to every pod: {why}"
     return None
 
 
