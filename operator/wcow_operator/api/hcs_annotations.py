@@ -42,15 +42,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from wcow_operator.api.v1alpha1 import (
-    ANNOTATION_MEMORY_MB,
-    ANNOTATION_PHYSICALLY_BACKED,
-    ANNOTATION_PROCESSOR_COUNT,
-    ANNOTATION_PROCESSOR_LIMIT,
-    ANNOTATION_PROCESSOR_WEIGHT,
-    ANNOTATION_TZ_NOINHERIT,
-)
-
 Treatment = Literal["Bounded", "Harmless", "OptIn"]
 ValueKind = Literal["count", "bool", "text"]
 
@@ -58,13 +49,20 @@ ValueKind = Literal["count", "bool", "text"]
 HCS_PREFIXES: Final = ("io.microsoft.", "microsoft.com/")
 
 VM: Final = "io.microsoft.virtualmachine."
+ANNOTATION_PROCESSOR_COUNT: Final = f"{VM}computetopology.processor.count"
+ANNOTATION_MEMORY_MB: Final = f"{VM}computetopology.memory.sizeinmb"
+ANNOTATION_PROCESSOR_LIMIT: Final = f"{VM}computetopology.processor.limit"
+ANNOTATION_PROCESSOR_WEIGHT: Final = f"{VM}computetopology.processor.weight"
+ANNOTATION_PHYSICALLY_BACKED: Final = f"{VM}fullyphysicallybacked"
+ANNOTATION_TZ_NOINHERIT: Final = f"{VM}wcow.timezone.noinherit"
 PROCESSOR_COUNT: Final = ANNOTATION_PROCESSOR_COUNT
 MEMORY_SIZE_MB: Final = ANNOTATION_MEMORY_MB
 PROCESSOR_LIMIT: Final = ANNOTATION_PROCESSOR_LIMIT
 PROCESSOR_WEIGHT: Final = ANNOTATION_PROCESSOR_WEIGHT
 PHYSICALLY_BACKED: Final = ANNOTATION_PHYSICALLY_BACKED
 ALLOW_OVERCOMMIT: Final = f"{VM}computetopology.memory.allowovercommit"
-HOST_PROCESS: Final = "microsoft.com/hostprocess-container"
+HOST_PROCESS_PREFIX: Final = "microsoft.com/hostprocess-"
+HOST_PROCESS: Final = f"{HOST_PROCESS_PREFIX}container"
 HV_SOCKET_PREFIX: Final = f"{VM}hv-socket.service-table."
 
 # hcsshim's range for the processor limit (100000 = 100 %) and weight.
@@ -80,38 +78,61 @@ SANDBOX_DEFAULT_WEIGHT: Final = 2
 @dataclass(frozen=True)
 class HcsAnnotation:
     key: str
-    treatment: Treatment
+    treatment: Treatment  # what a pod may set
     kind: ValueKind
     why: str
+    # Why a profile may not set it for every pod through the runhcs option
+    # DefaultContainerAnnotations (None: it may). hcsshim adds those defaults to every
+    # sandbox and container spec that lacks the key (internal/oci/uvm.go
+    # UpdateSpecFromOptions), so they act whatever the admission webhook allowed, and they
+    # travel in the plan to every node.
+    as_default: str | None = None
 
 
-def _a(key: str, treatment: Treatment, kind: ValueKind, why: str) -> HcsAnnotation:
-    return HcsAnnotation(key, treatment, kind, why)
+def _a(
+    key: str, treatment: Treatment, kind: ValueKind, why: str, *, as_default: str | None = None
+) -> HcsAnnotation:
+    return HcsAnnotation(key, treatment, kind, why, as_default)
+
+
+_BOUNDS_BYPASS = (
+    "(the admission webhook bounds pods by spec.vm; a default here would size every VM past "
+    "those bounds)"
+)
 
 
 CATALOGUE: Final[tuple[HcsAnnotation, ...]] = (
     # -- sizing and scheduling weight of the utility VM: bounded by the profile
     _a(PROCESSOR_COUNT, "Bounded", "count",
-       "at most spec.vm.maxProcessorCount (Fixed without it: processorCount)"),
+       "at most spec.vm.maxProcessorCount (Fixed without it: processorCount)",
+       as_default=f"set spec.vm.processorCount {_BOUNDS_BYPASS}"),
     _a(MEMORY_SIZE_MB, "Bounded", "count",
-       "at most spec.vm.maxMemoryMB (Fixed without it: memoryMB), rounded up to even MB"),
+       "at most spec.vm.maxMemoryMB (Fixed without it: memoryMB), rounded up to even MB",
+       as_default=f"set spec.vm.memoryMB {_BOUNDS_BYPASS}"),
     _a(PROCESSOR_LIMIT, "Bounded", "count",
-       "1-100000; at most spec.vm.processorLimit when the profile sets one"),
+       "1-100000; at most spec.vm.processorLimit when the profile sets one",
+       as_default="set spec.vm.processorLimit"),
     _a(PROCESSOR_WEIGHT, "Bounded", "count",
        "1-10000; at most spec.vm.processorWeight, else the sandbox default of 2: a higher "
-       "weight takes processor time from other tenants' VMs"),
+       "weight takes processor time from other tenants' VMs",
+       as_default="set spec.vm.processorWeight"),
     _a(PHYSICALLY_BACKED, "Bounded", "bool",
        "true commits all VM memory at start: memory requests are raised to limits "
-       "(FromPodLimits); on a Fixed profile only where the profile backs memory itself"),
+       "(FromPodLimits); on a Fixed profile only where the profile backs memory itself",
+       as_default="set spec.vm.fullyPhysicallyBacked (which also charges the node for the "
+       "whole VM through the RuntimeClass overhead)"),
     _a(ALLOW_OVERCOMMIT, "Bounded", "bool",
-       "false commits all VM memory at start: treated as physically backed"),
+       "false commits all VM memory at start: treated as physically backed",
+       as_default="false backs every VM with physical memory that the RuntimeClass "
+       "overhead does not charge; set spec.vm.fullyPhysicallyBacked"),
     # -- restrict only the pod's own VM or containers
     _a(f"{VM}computetopology.memory.enabledeferredcommit", "Harmless", "bool",
        "commits the VM's memory later, not more of it"),
     _a(f"{VM}storageqos.iopsmaximum", "Harmless", "count", "caps the VM's own storage IOPS"),
     _a(f"{VM}storageqos.bandwidthmaximum", "Harmless", "count",
        "caps the VM's own storage bandwidth"),
-    _a(ANNOTATION_TZ_NOINHERIT, "Harmless", "bool", "the guest runs in UTC"),
+    _a(ANNOTATION_TZ_NOINHERIT, "Harmless", "bool", "the guest runs in UTC",
+       as_default="set spec.vm.inheritHostTimezone"),
     _a(f"{VM}fileshares.disablewritable", "Harmless", "bool", "read-only file shares"),
     _a(f"{VM}wcow.virtualSMB.nodirectmap", "Harmless", "bool", "no direct map for VSMB shares"),
     _a(f"{VM}disablecompartmentnamespace", "Harmless", "bool",
@@ -152,9 +173,12 @@ CATALOGUE: Final[tuple[HcsAnnotation, ...]] = (
        "pins the VM to host NUMA nodes"),
     _a(f"{VM}computetopology.numa.count-of-processors", "OptIn", "text", "virtual NUMA"),
     _a(f"{VM}computetopology.numa.count-of-memory-blocks", "OptIn", "text", "virtual NUMA"),
-    _a(f"{VM}dump-directory-path", "OptIn", "text", "a host directory for VM dumps"),
-    _a(f"{VM}kerneldrivers", "OptIn", "text", "installs drivers from host paths in the VM"),
-    _a(f"{VM}bootfilesrootpath", "OptIn", "text", "boots the VM from a host directory"),
+    _a(f"{VM}dump-directory-path", "OptIn", "text", "a host directory for VM dumps",
+       as_default="a host folder where utility VM crash dumps (the pods' memory) are written"),
+    _a(f"{VM}kerneldrivers", "OptIn", "text", "installs drivers from host paths in the VM",
+       as_default="host paths of drivers loaded into every utility VM"),
+    _a(f"{VM}bootfilesrootpath", "OptIn", "text", "boots the VM from a host directory",
+       as_default="a host folder the utility VM boots from (LCOW and confidential WCOW only)"),
     _a(f"{VM}console.pipe", "OptIn", "text", "a named pipe on the host for the VM console"),
     _a(f"{VM}wcow.additional-reg-keys", "OptIn", "text", "registry values in the guest"),
     _a(f"{VM}forwardlogs.enable", "OptIn", "bool", "forwards guest logs to the host"),
@@ -175,9 +199,11 @@ CATALOGUE: Final[tuple[HcsAnnotation, ...]] = (
     _a("io.microsoft.wcow.debug", "OptIn", "bool", "keeps the VM's disks on the host"),
     _a("io.microsoft.wcow.debug_data_path", "OptIn", "text", "a host path"),
     _a("io.microsoft.container.wcow.deviceextensions", "OptIn", "text",
-       "host files read into the container's HCS document"),
+       "host files read into the container's HCS document",
+       as_default="host files that hand host devices to the containers"),
     _a("io.microsoft.network.ncproxy", "OptIn", "text",
-       "the shim dials this network-config proxy address"),
+       "the shim dials this network-config proxy address",
+       as_default="set the NCProxyAddr option (checked to be a pipe on this host)"),
     _a("io.microsoft.network.ncproxy.containerid", "OptIn", "text", "ncproxy identity"),
     _a("io.microsoft.container.memory.sizeinmb", "OptIn", "count",
        "overrides every container's memory limit (process isolation: beyond Kubernetes')"),
@@ -213,3 +239,20 @@ def entry_for(key: str) -> HcsAnnotation:
         else "not a WCOW setting this operator knows the effect of"
     )
     return HcsAnnotation(key, "OptIn", "text", why)
+
+
+_HOST_PROCESS_DEFAULT = (
+    "the HostProcess family (microsoft.com/hostprocess-inherit-user runs a HostProcess pod "
+    "with the shim's own SYSTEM token instead of the user it asked for; "
+    "...-rootfs-location mounts the image at a host path; ...-container is rewritten by "
+    "containerd for every pod, so a default for it does nothing)"
+)
+
+
+def default_refusal(key: str) -> str | None:
+    """Why a profile may not set ``key`` in DefaultContainerAnnotations; None: it may."""
+    folded = key.lower()
+    if folded.startswith(HOST_PROCESS_PREFIX):
+        return _HOST_PROCESS_DEFAULT
+    found = BY_KEY.get(folded)
+    return found.as_default if found is not None else None

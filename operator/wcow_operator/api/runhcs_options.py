@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from wcow_operator.api.hcs_annotations import default_refusal
 from wcow_operator.api.text import KEY_CHARACTERS, shown
 
 INT32_MAX = 2**31 - 1
@@ -64,51 +65,12 @@ def ncproxy_problem(value: str) -> str | None:
     )
 
 
-# DefaultContainerAnnotations are added to every sandbox and container spec of the handler
-# (hcsshim internal/oci/uvm.go UpdateSpecFromOptions, keys the spec does not already have),
-# so they act on every pod of the class, whatever the admission webhook allowed. Keys that
-# move the security boundary or a bound the project enforces are refused here, each with
-# the field to use instead (hcsshim pkg/annotations/annotations.go, v0.11.7 to v0.15.0-rc.4).
-_HOSTPROCESS_PREFIX = "microsoft.com/hostprocess-"
-_VM = "io.microsoft.virtualmachine."
-REFUSED_DEFAULT_ANNOTATIONS: dict[str, str] = {
-    f"{_VM}computetopology.processor.count": "set spec.vm.processorCount (the admission "
-    "webhook bounds pods by spec.vm; a default here would size every VM past those bounds)",
-    f"{_VM}computetopology.memory.sizeinmb": "set spec.vm.memoryMB (the admission webhook "
-    "bounds pods by spec.vm; a default here would size every VM past those bounds)",
-    f"{_VM}computetopology.processor.limit": "set spec.vm.processorLimit",
-    f"{_VM}computetopology.processor.weight": "set spec.vm.processorWeight",
-    f"{_VM}fullyphysicallybacked": "set spec.vm.fullyPhysicallyBacked (which also charges "
-    "the node for the whole VM through the RuntimeClass overhead)",
-    f"{_VM}computetopology.memory.allowovercommit": "false backs every VM with physical "
-    "memory that the RuntimeClass overhead does not charge; set spec.vm.fullyPhysicallyBacked",
-    f"{_VM}wcow.timezone.noinherit": "set spec.vm.inheritHostTimezone",
-    f"{_VM}bootfilesrootpath": "a host folder the utility VM boots from (LCOW and "
-    "confidential WCOW only)",
-    f"{_VM}dump-directory-path": "a host folder where utility VM crash dumps (the pods' "
-    "memory) are written",
-    f"{_VM}kerneldrivers": "host paths of drivers loaded into every utility VM",
-    "io.microsoft.container.wcow.deviceextensions": "host files that hand host devices to "
-    "the containers",
-    "io.microsoft.network.ncproxy": "set the NCProxyAddr option (checked to be a pipe on "
-    "this host)",
-}
-_HOSTPROCESS_WHY = (
-    "the HostProcess family (microsoft.com/hostprocess-inherit-user runs a HostProcess pod "
-    "with the shim's own SYSTEM token instead of the user it asked for; "
-    "...-rootfs-location mounts the image at a host path; ...-container is rewritten by "
-    "containerd for every pod, so a default for it does nothing)"
-)
-
-
 def default_annotations_problem(annotations: dict[str, str]) -> str | None:
+    """Keys that move the security boundary or a bound the project enforces are refused,
+    each with the field to use instead (the catalogue in ``hcs_annotations``)."""
     for key in sorted(annotations):
-        folded = key.lower()
-        if folded.startswith(_HOSTPROCESS_PREFIX):
-            why = _HOSTPROCESS_WHY
-        elif folded in REFUSED_DEFAULT_ANNOTATIONS:
-            why = REFUSED_DEFAULT_ANNOTATIONS[folded]
-        else:
+        why = default_refusal(key)
+        if why is None:
             continue
         return f"may not set {shown(key, KEY_CHARACTERS)}, which it would add to every pod: {why}"
     return None

@@ -27,6 +27,14 @@ from pydantic.config import JsonDict
 
 from wcow_operator.api import runhcs_options
 from wcow_operator.api.annotation_patterns import pattern_problem
+from wcow_operator.api.hcs_annotations import (
+    ANNOTATION_MEMORY_MB,
+    ANNOTATION_PHYSICALLY_BACKED,
+    ANNOTATION_PROCESSOR_COUNT,
+    ANNOTATION_PROCESSOR_LIMIT,
+    ANNOTATION_PROCESSOR_WEIGHT,
+    ANNOTATION_TZ_NOINHERIT,
+)
 from wcow_operator.api.quantity import (
     MAX_QUANTITY_TEXT,
     QUANTITY_PATTERN,
@@ -75,12 +83,6 @@ BASELINE_OVERHEAD = {"cpu": "100m", "memory": "512Mi"}
 VM_ANNOTATIONS = "io.microsoft.virtualmachine.*"
 CONTAINER_ANNOTATIONS = "io.microsoft.container.*"
 
-# hcsshim annotations a profile sets for every pod of its handler through the runhcs
-# option DefaultContainerAnnotations (pkg/annotations/annotations.go).
-ANNOTATION_PROCESSOR_LIMIT = "io.microsoft.virtualmachine.computetopology.processor.limit"
-ANNOTATION_PROCESSOR_WEIGHT = "io.microsoft.virtualmachine.computetopology.processor.weight"
-ANNOTATION_PHYSICALLY_BACKED = "io.microsoft.virtualmachine.fullyphysicallybacked"
-ANNOTATION_TZ_NOINHERIT = "io.microsoft.virtualmachine.wcow.timezone.noinherit"
 
 Isolation = Literal["Process", "HyperV"]
 OverheadPolicy = Literal["None", "Baseline", "WholeVM"]
@@ -198,8 +200,6 @@ class SandboxSpec(_Model):
 
 VMSizing = Literal["Fixed", "FromPodLimits"]
 # The pod annotations a FromPodLimits VM is sized through (pkg/annotations/annotations.go).
-ANNOTATION_PROCESSOR_COUNT: Final = "io.microsoft.virtualmachine.computetopology.processor.count"
-ANNOTATION_MEMORY_MB: Final = "io.microsoft.virtualmachine.computetopology.memory.sizeinmb"
 SIZING_ANNOTATIONS: Final = (ANNOTATION_PROCESSOR_COUNT, ANNOTATION_MEMORY_MB)
 _SIZING_RULES = (
     cel(

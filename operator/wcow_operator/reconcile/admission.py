@@ -37,15 +37,10 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from wcow_operator.api import hcs_annotations as hcs
+from wcow_operator.api.hcs_annotations import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
 from wcow_operator.api.quantity import NANO, QuantityError, parse_quantity
 from wcow_operator.api.text import shown
-from wcow_operator.api.v1alpha1 import (
-    ANNOTATION_MEMORY_MB,
-    ANNOTATION_PROCESSOR_COUNT,
-    BASELINE_OVERHEAD,
-    VMSpec,
-    WindowsRuntimeProfile,
-)
+from wcow_operator.api.v1alpha1 import BASELINE_OVERHEAD, VMSpec, WindowsRuntimeProfile
 from wcow_operator.api.windows_builds import (
     WINDOWS_BUILD_LABEL,
     WindowsBuild,
