@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import copy
+import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
+
+import pytest
 
 from tests.controller.builders import NAMESPACE, observed, profile_body, windows_node
 from wcow_operator.reconcile.core import ReconcileSettings, reconcile
 from wcow_operator.reconcile.model import FINALIZER, Observed, Outcome, Write
+from wcow_operator.render.plan import PLAN_KEY, build_plan
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SETTINGS = ReconcileSettings(namespace=NAMESPACE)
@@ -183,20 +189,30 @@ def test_deleted_runtime_class_is_created_again() -> None:
     assert kinds(outcome) == [("create-runtime-class", "hv")]
 
 
-def test_invalid_profile_keeps_last_good_runtime_class_and_plan_entry() -> None:
-    state, _ = converge(observed(profile_body("hv", vm={"memoryMB": 2048})))
-    good_plan = state.plan
-    broken = profile_body(
-        "hv", generation=2, status=state.profiles[0].status, vm={"memoryMB": 2047}
-    )
-    outcome = run(
+def broken_later(state: Observed) -> dict[str, Any]:
+    """Profile "hv" of ``state`` edited into an invalid spec (an odd memoryMB)."""
+    return profile_body("hv", generation=2, status=state.profiles[0].status, vm={"memoryMB": 2047})
+
+
+def rerun(
+    state: Observed, body: dict[str, Any], plan_config_map: dict[str, Any] | None = None
+) -> Outcome:
+    """Reconcile ``body`` against what ``state`` holds (its objects, plan and rollout)."""
+    return run(
         observed(
-            broken,
+            body,
             runtime_classes=list(state.runtime_classes.values()),
-            plan_config_map=state.plan_config_map,
+            plan_config_map=plan_config_map or state.plan_config_map,
             rollout_config_map=state.rollout_config_map,
         )
     )
+
+
+def test_invalid_profile_keeps_last_good_runtime_class_and_plan_entry() -> None:
+    state, _ = converge(observed(profile_body("hv", vm={"memoryMB": 2048})))
+    good_plan = state.plan
+    broken = broken_later(state)
+    outcome = rerun(state, broken)
     assert kinds(outcome) == [("patch-status", "hv")]  # no RuntimeClass or plan write
     assert outcome.plan == good_plan
     valid = condition(outcome, "hv", "Valid")
@@ -231,6 +247,32 @@ def test_invalid_profile_keeps_last_good_runtime_class_and_plan_entry() -> None:
     assert ("write-plan", "wcow-runtime-plan") in kinds(recovered)
     assert condition(recovered, "hv", "Valid")["status"] == "True"
     assert "SpecValid" in [e.reason for e in recovered.events]
+
+
+@pytest.mark.parametrize(
+    ("field", "forged"),
+    [
+        # A shim of the forger's choosing, re-hashed into the plan ConfigMap.
+        ("runtime", lambda entry: entry["runtime"].update(runtime_path="C:\\evil.exe")),
+        # The profile's uid of another profile: an entry this profile never had.
+        ("uid", lambda entry: entry.update(uid="not-this-profile")),
+    ],
+)
+def test_a_forged_last_good_entry_is_not_written_again(
+    field: str, forged: Callable[[dict[str, Any]], None]
+) -> None:
+    """A profile that turns invalid keeps the plan's entry for it; the operator re-emits that
+    entry only when it is what the renderer makes of its spec, so a forged plan (issue 17,
+    point 5) is not kept alive by the operator's own writes."""
+    state, _ = converge(observed(profile_body("hv", vm={"memoryMB": 2048})))
+    plan = json.loads(state.plan_config_map["data"][PLAN_KEY])
+    forged(plan["handlers"]["hv"])
+    forged_plan = build_plan(plan["handlers"])
+    config_map = copy.deepcopy(state.plan_config_map)
+    config_map["data"][PLAN_KEY] = json.dumps(forged_plan)
+    outcome = rerun(state, broken_later(state), plan_config_map=config_map)
+    assert "hv" not in outcome.plan["handlers"], field
+    assert condition(outcome, "hv", "Planned")["reason"] == "InvalidSpec"
 
 
 def test_invalid_new_profile_gets_no_runtime_class_and_no_plan_entry() -> None:

@@ -55,6 +55,7 @@ from wcow_operator.render.plan import (
     plan_entry,
     rollout_config_map,
 )
+from wcow_operator.render.plan_check import entry_problem
 from wcow_operator.render.runtimeclass import (
     MANAGED_BY,
     PROFILE_ANNOTATION,
@@ -125,6 +126,25 @@ def _last_good(plan: Mapping[str, Any] | None) -> dict[str, tuple[str, dict[str,
     for handler, entry in ((plan or {}).get("handlers") or {}).items():
         if isinstance(entry, dict) and isinstance(entry.get("profile"), str):
             found[entry["profile"]] = (handler, entry)
+    return found
+
+
+def _trusted_last_good(
+    found: tuple[str, dict[str, Any]] | None, profile: ObservedProfile
+) -> tuple[str, dict[str, Any]] | None:
+    """The plan's entry for an invalid profile, if the operator may write it again: it names
+    this profile's uid and is exactly what the renderer makes of the spec it carries. Whoever
+    can write the plan ConfigMap could otherwise plant an entry that the operator would keep
+    re-emitting for as long as the profile stays invalid. An entry without a spec (written by
+    an operator before entries carried one) is kept: agents refuse the plan while it is in
+    it, so nodes hold still until the profile is fixed, instead of losing the handler."""
+    if found is None:
+        return None
+    handler, entry = found
+    if entry.get("uid") != profile.uid:
+        return None
+    if "spec" in entry and entry_problem(handler, entry) is not None:
+        return None
     return found
 
 
@@ -674,7 +694,7 @@ def reconcile(observed: Observed, settings: ReconcileSettings, now: datetime) ->
     live = [_parse(p, settings) for p in observed.profiles if not p.deleting]
     claims: dict[str, list[str]] = defaultdict(list)
     for state in live:
-        state.last_good = last_good.get(state.name)
+        state.last_good = _trusted_last_good(last_good.get(state.name), state.observed)
         if state.claimed_handler is not None:
             claims[state.claimed_handler].append(state.name)
     conflicts = {h: sorted(names) for h, names in claims.items() if len(names) > 1}
