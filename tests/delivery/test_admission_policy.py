@@ -781,3 +781,73 @@ def test_plan_writers_lists_a_gitops_controller() -> None:
         assert plan_guard("UPDATE", user, policy=policy) == (True, [])
     assert not plan_guard("UPDATE", NAMESPACE_ADMIN, policy=policy)[0]
     assert not plan_guard("UPDATE", argocd)[0]  # by default: nobody but the operator
+
+
+# ---- events (least privilege: RBAC grants create in every namespace) ----
+
+EVENTS_POLICY = f"{RELEASE}-events"
+
+
+def _event(kind: str, name: str, namespace: str = "default") -> dict[str, Any]:
+    api_version = "v1" if kind == "Node" else "runtime.wcow.dev/v1alpha1"
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{name}.", "namespace": namespace},
+        "involvedObject": {"apiVersion": api_version, "kind": kind, "name": name},
+        "reason": "CanaryPassed",
+        "message": "m",
+    }
+
+
+def event_guard(
+    user: str, event: dict[str, Any], node: str | None = None
+) -> tuple[bool, list[str]]:
+    user_info: dict[str, Any] = {"username": user}
+    if node is not None:
+        user_info["extra"] = {NODE_NAME_KEY: [node]}
+    request = {
+        "operation": "CREATE",
+        "namespace": event["metadata"]["namespace"],
+        "userInfo": user_info,
+        "resource": {"group": "", "version": "v1", "resource": "events"},
+    }
+    return evaluate_policy(_policy(EVENTS_POLICY), request, event, None)
+
+
+def test_the_agent_and_the_operator_post_their_events() -> None:
+    assert event_guard(AGENT_USER, _event("Node", "win-1"), node="win-1") == (True, [])
+    profile_event = _event("WindowsRuntimeProfile", "hv")
+    assert event_guard(OPERATOR_USER, profile_event) == (True, [])
+
+
+@pytest.mark.parametrize(
+    ("user", "event", "node", "why"),
+    [
+        (AGENT_USER, _event("Node", "win-1", "tenant-a"), "win-1", "only in the namespace default"),
+        (AGENT_USER, _event("Node", "win-2"), "win-1", "only about its own Node"),
+        (AGENT_USER, _event("Node", "win-1"), None, "only about its own Node"),
+        (AGENT_USER, _event("Pod", "web-0"), "win-1", "only about its own Node"),
+        (OPERATOR_USER, _event("Pod", "web-0", "tenant-a"), None, "only in the namespace"),
+        (OPERATOR_USER, _event("Node", "win-1"), None, "the operator only about"),
+    ],
+    ids=[
+        "agent-elsewhere",
+        "agent-other-node",
+        "agent-token-without-node",
+        "agent-about-a-pod",
+        "operator-on-a-tenants-pod",
+        "operator-on-a-node",
+    ],
+)
+def test_neither_posts_events_elsewhere(
+    user: str, event: dict[str, Any], node: str | None, why: str
+) -> None:
+    allowed, messages = event_guard(user, event, node)
+    assert not allowed
+    assert any(why in m for m in messages), messages
+
+
+def test_the_events_guard_leaves_others_alone() -> None:
+    event = _event("Pod", "web-0", "tenant-a")
+    assert event_guard("system:node:win-1", event) == (True, ["not matched"])

@@ -184,8 +184,9 @@ def test_defaults_install_the_operator_the_agent_and_their_guard() -> None:
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
             # two operator replicas by default: a PodDisruptionBudget keeps one
             "PodDisruptionBudget",
-            # the policies that hold the operator to its own RuntimeClasses, and the plan to
-            # the operator
+            # the policies that hold the operator to its own RuntimeClasses, the plan to the
+            # operator, and both programs' events to default and their own objects
+            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
         ]

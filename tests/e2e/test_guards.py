@@ -471,3 +471,54 @@ def test_deleting_a_namespace_still_deletes_its_plan(
     finally:
         with contextlib.suppress(ApiException):
             core.delete_namespace(ns)
+
+
+# ---- events (least privilege) ----
+
+
+def _node_event(namespace_: str, node: str) -> dict[str, Any]:
+    return {
+        "metadata": {"generateName": f"{node}.wcow-agent.", "namespace": namespace_},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node},
+        "reason": "CanaryPassed",
+        "message": "e2e",
+        "type": "Normal",
+    }
+
+
+def test_the_agent_posts_events_only_about_its_own_node_in_default(
+    install: Install,  # noqa: F811 - the fixture imported above
+    operator: client.ApiClient,
+) -> None:
+    """RBAC lets the agent's token create events in every namespace; the policy holds it to
+    default and its own Node (a compromised node cannot warn about other nodes or pods)."""
+    own, other = f"{install.release}-win-a", f"{install.release}-win-b"
+    agent = client.CoreV1Api(impersonating(install.agent_user, node=own))
+    refused(
+        "the agent posting about another Node",
+        lambda: agent.create_namespaced_event("default", raw(_node_event("default", other))),
+        "only about its own Node",
+        timeout=POLICY_DELAY,
+    )
+    # The API server keeps events about Nodes in default itself; about a tenant's pod:
+    about_a_pod = _node_event(install.namespace, own)
+    about_a_pod["involvedObject"] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "web-0",
+        "namespace": install.namespace,
+    }
+    refused(
+        "the agent posting about a pod in another namespace",
+        lambda: agent.create_namespaced_event(install.namespace, raw(about_a_pod)),
+        "only in the namespace default",
+    )
+    agent.create_namespaced_event("default", raw(_node_event("default", own)))
+    operator_events = client.CoreV1Api(operator)
+    refused(
+        "the operator posting about a Node",
+        lambda: operator_events.create_namespaced_event(
+            "default", raw(_node_event("default", own))
+        ),
+        "the operator only about WindowsRuntimeProfiles",
+    )
