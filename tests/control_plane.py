@@ -277,7 +277,10 @@ class ControlPlane:
             f"--kubeconfig={self.kubeconfig}",
             f"--authentication-kubeconfig={self.kubeconfig}",
             f"--authorization-kubeconfig={self.kubeconfig}",
-            "--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token",
+            # validatingadmissionpolicy-status-controller: the server's type check of the
+            # chart's policies (status.typeChecking), which tests/e2e/test_guards.py reads.
+            "--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token,"
+            "validatingadmissionpolicy-status-controller",
             f"--service-account-private-key-file={certs.path('sa.key')}",
             f"--root-ca-file={certs.path('ca.crt')}",
             f"--bind-address={LOOPBACK}",

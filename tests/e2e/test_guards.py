@@ -522,3 +522,30 @@ def test_the_agent_posts_events_only_about_its_own_node_in_default(
         ),
         "the operator only about WindowsRuntimeProfiles",
     )
+
+
+def test_the_server_type_checks_every_policy_without_warnings(
+    install: Install,  # noqa: F811 - the fixture imported above
+) -> None:
+    """The API server checks each validation against the matched kinds' schemas (status
+    .typeChecking, written by kube-controller-manager): a misspelt field would be a warning
+    there, and an error at request time, which failurePolicy Fail turns into a refusal."""
+    if not install.policy:
+        pytest.skip("the server has no ValidatingAdmissionPolicy v1 (needs Kubernetes 1.30+)")
+    registration = client.AdmissionregistrationV1Api(install.admin)
+    names = [
+        o["metadata"]["name"] for o in install.objects if o["kind"] == "ValidatingAdmissionPolicy"
+    ]
+    assert len(names) == 5
+
+    def checked(name: str) -> Any:
+        policy = registration.read_validating_admission_policy(name)
+        status = policy.status
+        if status is None or status.observed_generation != policy.metadata.generation:
+            return None
+        return status.type_checking or client.V1TypeChecking(expression_warnings=[])
+
+    for name in names:
+        result = wait_for(f"policy {name} type-checked", lambda name=name: checked(name))
+        warnings = [f"{w.field_ref}: {w.warning}" for w in result.expression_warnings or []]
+        assert warnings == [], name
