@@ -1,9 +1,10 @@
 """A real Kubernetes control plane on loopback for the e2e and fleet tests.
 
-etcd, kube-apiserver and kube-controller-manager (garbage collector, namespace and service
-account controllers; no kubelet, no scheduler) built from the versions pinned in
-tools/control-plane/go.mod into .cache/control-plane/bin/. Certificates are generated for
-each start; the admin kubeconfig authenticates with a client certificate in system:masters.
+etcd, kube-apiserver and kube-controller-manager (garbage collector, namespace, service
+account and admission-policy status controllers; no kubelet, no scheduler) built from the
+versions pinned in tools/control-plane/go.mod into .cache/control-plane/bin/. Certificates are
+generated for each start; the admin kubeconfig authenticates with a client certificate in
+system:masters.
 
 Used by the e2e fixture (session scope) and by people:
 

@@ -549,3 +549,28 @@ def test_the_server_type_checks_every_policy_without_warnings(
         result = wait_for(f"policy {name} type-checked", lambda name=name: checked(name))
         warnings = [f"{w.field_ref}: {w.warning}" for w in result.expression_warnings or []]
         assert warnings == [], name
+
+
+@pytest.mark.parametrize("profiles", [1450])
+def test_the_webhook_guard_admits_many_profiles_within_its_cost_budget(
+    install: Install,  # noqa: F811 - the fixture imported above
+    operator: client.ApiClient,
+    profiles: int,
+) -> None:
+    """The match condition grows with the profiles; the guard's regular expression over it must
+    stay within the API server's CEL cost budget, or the operator could not publish it. 1450
+    names of 63 characters come near the server's own limit on one CEL expression (100,000
+    code points: cel-go v0.26.0 parser/parser.go), which binds first."""
+    rendered = _webhooks(install)
+    classes = tuple(f"{i:04d}-" + "p" * 58 for i in range(profiles))  # 63-character names
+    own = client.AdmissionregistrationV1Api(operator)
+    refused(
+        "failurePolicy Ignore",
+        lambda: own.create_mutating_webhook_configuration(
+            rendered("mutating", failurePolicy="Ignore"), dry_run="All"
+        ),
+        "failurePolicy Fail",
+        timeout=POLICY_DELAY,
+    )
+    for kind in ("mutating", "validating"):
+        getattr(own, f"create_{kind}_webhook_configuration")(rendered(kind, classes), dry_run="All")
