@@ -332,15 +332,17 @@ def test_operator_token_makes_its_real_calls(install: Install) -> None:
         ns,
         raw({"metadata": {"name": f"{install.release}-lease"}, "spec": {"holderIdentity": "e2e"}}),
     )
+    # Events as controller.py posts them: about a profile, in default (the events guard
+    # refuses others when the policies are on; tests/e2e/test_guards.py).
     core.create_namespaced_event(
-        ns,
+        "default",
         raw(
             {
                 "metadata": {"generateName": "e2e-"},
                 "involvedObject": {
-                    "kind": "ConfigMap",
-                    "name": "wcow-runtime-plan",
-                    "namespace": ns,
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "WindowsRuntimeProfile",
+                    "name": f"{install.release}-hv",
                 },
                 "reason": "E2E",
                 "message": "least-privilege check",
