@@ -184,6 +184,11 @@ def test_defaults_install_the_operator_the_agent_and_their_guard() -> None:
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
             # two operator replicas by default: a PodDisruptionBudget keeps one
             "PodDisruptionBudget",
+            # the policies that hold the operator to its own RuntimeClasses, the plan to the
+            # operator, and both programs' events to default and their own objects
+            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
         ]
     )  # fmt: skip
 
@@ -544,16 +549,42 @@ def test_images_default_to_the_app_version_and_accept_digests() -> None:
     assert agent["containers"][0]["image"] == "registry.example.com/wcow-agent:0.1.0-rc1"
 
 
-def test_admission_policy_needs_kubernetes_1_30(capfd: pytest.CaptureFixture[str]) -> None:
-    """On an older cluster the chart stops with a message saying what to do. `helm lint`
-    reports template `fail` calls only on stderr (Helm's lint mode keeps going), so read it
-    there; `helm install` stops on the same call."""
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        MATRIX["operator-only"],
+        MATRIX["no-webhook"],
+        {"agent": {"enabled": False}, "webhook": {"enabled": False}},
+    ],
+    ids=["defaults", "operator-only", "no-webhook", "neither-agent-nor-webhook"],
+)
+@pytest.mark.parametrize("old", ["v1.28.15", "v1.29.0"])
+def test_admission_policies_need_kubernetes_1_30(
+    values: dict[str, Any], old: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """On 1.28/1.29 (ValidatingAdmissionPolicy v1 not served) the chart stops with a message
+    saying what would be left unguarded, whichever parts are on: no silent gap, no install
+    failing on an unknown kind. `helm lint` reports template `fail` calls only on stderr
+    (Helm's lint mode keeps going), so read it there; `helm install` stops on the same call."""
     capfd.readouterr()
-    lint(kube_version="v1.29.0")
-    assert "needs Kubernetes 1.30 or later" in capfd.readouterr().err
-    lint(MATRIX["no-admission-policy"], kube_version="v1.29.0")
-    lint(kube_version="v1.30.0")
+    lint(values, kube_version=old)
+    err = capfd.readouterr().err
+    assert "needs Kubernetes 1.30 or later" in err
+    assert "admissionPolicy.enabled=false" in err
+    assert "the plan ConfigMap is writable by anyone" in err
+    lint(values | {"admissionPolicy": {"enabled": False}}, kube_version=old)
+    lint(values, kube_version="v1.30.0")
     assert "needs Kubernetes" not in capfd.readouterr().err
+
+
+def test_without_the_policies_the_notes_say_what_is_unguarded() -> None:
+    values = MATRIX["no-admission-policy"]
+    assert not [o for o in render(values) if o["kind"].startswith("ValidatingAdmissionPolicy")]
+    text = notes(values)
+    assert "WARNING: admissionPolicy.enabled=false" in text
+    assert "may write the plan" in text
+    assert "WARNING" not in notes()
 
 
 def test_chart_minimum_kubernetes_is_what_its_crd_needs() -> None:

@@ -44,6 +44,35 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float = 90) -> T
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r:.300})")
 
 
+def refused(
+    what: str,
+    call: Callable[[], Any],
+    expect: str,
+    *,
+    timeout: float = 0,
+    undo: Callable[[], Any] | None = None,
+) -> None:
+    """``call`` is refused (403) with ``expect`` in the message. A policy applies a moment
+    after it is created: with ``timeout``, retry until the server refuses, undoing any change
+    that slipped through before."""
+    deadline = time.monotonic() + timeout
+    while True:
+        refusal: ApiException | None = None
+        try:
+            call()
+        except ApiException as error:
+            refusal = error
+        if refusal is not None:
+            break
+        if undo is not None:
+            undo()
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what}: allowed, but should be refused with {expect!r}")
+        time.sleep(1)
+    assert refusal.status == 403, f"{what}: {refusal.status} {refusal.body}"
+    assert expect in str(refusal.body), f"{what}: {refusal.body}"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from deploy.generate import CHART, render_chart
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
+from tests.conftest import profile_document
 from tests.e2e.operator_harness import (
     GROUP,
     PLURAL,
@@ -34,12 +34,17 @@ from tests.e2e.operator_harness import (
     condition,
     profile,
     read_plan,
+    refused,
     running_operator,
     wait_for,
 )
 from wcow_operator import rbac
 from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_operator.api.errors import parse_profile
+from wcow_operator.api.rollout import ROLLOUT_CONFIGMAP
 from wcow_operator.api.v1alpha1 import READY_LABEL_PREFIX
+from wcow_operator.render.plan import PLAN_CONFIGMAP
+from wcow_operator.render.runtimeclass import render_runtime_class
 
 pytestmark = pytest.mark.e2e
 
@@ -261,6 +266,13 @@ def _each_permission(rules: list[rbac.Rule]) -> Iterator[tuple[str, str, str, st
                         yield verb, group, resource, name
 
 
+def managed_runtime_class(name: str, uid: str = "0f0e0d0c-uid") -> dict[str, Any]:
+    """A RuntimeClass as reconcile renders it for profile ``name`` (uid: the profile's)."""
+    document = profile_document(name)
+    document["metadata"]["uid"] = uid
+    return render_runtime_class(parse_profile(document))
+
+
 def raw(body: dict[str, Any]) -> Any:
     """The client's signatures name model classes; it sends plain dicts as they are."""
     return body
@@ -304,7 +316,8 @@ def test_operator_token_makes_its_real_calls(install: Install) -> None:
     core.list_node(limit=1)
     node_api.list_runtime_class(limit=1)
     name = f"{install.release}-rc"
-    node_api.create_runtime_class(raw({"metadata": {"name": name}, "handler": name}))
+    # As reconcile renders it (the runtimeclass guard refuses any other; tests/e2e/test_guards.py).
+    node_api.create_runtime_class(raw(managed_runtime_class(name)))
     node_api.delete_runtime_class(name)
     core.create_namespaced_config_map(
         ns, raw({"metadata": {"name": "wcow-runtime-plan"}, "data": {}})
@@ -319,15 +332,17 @@ def test_operator_token_makes_its_real_calls(install: Install) -> None:
         ns,
         raw({"metadata": {"name": f"{install.release}-lease"}, "spec": {"holderIdentity": "e2e"}}),
     )
+    # Events as controller.py posts them: about a profile, in default (the events guard
+    # refuses others when the policies are on; tests/e2e/test_guards.py).
     core.create_namespaced_event(
-        ns,
+        "default",
         raw(
             {
                 "metadata": {"generateName": "e2e-"},
                 "involvedObject": {
-                    "kind": "ConfigMap",
-                    "name": "wcow-runtime-plan",
-                    "namespace": ns,
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "WindowsRuntimeProfile",
+                    "name": f"{install.release}-hv",
                 },
                 "reason": "E2E",
                 "message": "least-privilege check",
@@ -452,6 +467,10 @@ def test_agent_reads_the_plan_and_nothing_secret(install: Install) -> None:
     assert not can(agent, "delete", "", "nodes", None)
     assert not can(agent, "patch", "", "nodes/status", None)
     assert not can(agent, "create", "", "configmaps", install.namespace)
+    # Never write what every node applies: the plan and the rollout are the operator's.
+    for name in (PLAN_CONFIGMAP, ROLLOUT_CONFIGMAP):
+        for verb in ("update", "patch", "delete"):
+            assert not can(agent, verb, "", "configmaps", install.namespace, name), (verb, name)
 
 
 def test_agent_may_label_and_annotate_its_own_node(
@@ -471,28 +490,6 @@ def test_agent_may_label_and_annotate_its_own_node(
     assert AGENT_STATUS_ANNOTATION in (metadata.annotations or {})
 
 
-def _eventually_denied(
-    what: str, call: Callable[[], Any], undo: Callable[[], Any], expect: str, timeout: float = 30
-) -> None:
-    """The policy applies a moment after it is created: retry until the server refuses,
-    undoing any change that slipped through before."""
-    deadline = time.monotonic() + timeout
-    while True:
-        refusal: ApiException | None = None
-        try:
-            call()
-        except ApiException as error:
-            refusal = error
-        if refusal is not None:
-            break
-        undo()
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: still allowed after {timeout}s")
-        time.sleep(1)
-    assert refusal.status == 403, f"{what}: {refusal.status} {refusal.body}"
-    assert expect in str(refusal.body), f"{what}: {refusal.body}"
-
-
 def test_policy_holds_the_agent_to_its_own_node_and_keys(
     install: Install, nodes: tuple[str, str]
 ) -> None:
@@ -502,29 +499,33 @@ def test_policy_holds_the_agent_to_its_own_node_and_keys(
     agent = client.CoreV1Api(impersonating(install.agent_user, node=own))
     admin = client.CoreV1Api(install.admin)
     ready = f"{READY_LABEL_PREFIX}{install.release}"
-    _eventually_denied(
+    refused(
         "a foreign label on its own Node",
         lambda: agent.patch_node(own, _label("example.com/pool", "x")),
-        lambda: admin.patch_node(own, _label("example.com/pool", None)),
         f"only {READY_LABEL_PREFIX}* labels",
+        undo=lambda: admin.patch_node(own, _label("example.com/pool", None)),
+        timeout=30,
     )
-    _eventually_denied(
+    refused(
         "a runtime label on another Node",
         lambda: agent.patch_node(other, _label(ready, "ready")),
-        lambda: admin.patch_node(other, _label(ready, None)),
         "only its own Node",
+        undo=lambda: admin.patch_node(other, _label(ready, None)),
+        timeout=30,
     )
-    _eventually_denied(
+    refused(
         "relabelling the OS of its own Node",
         lambda: agent.patch_node(own, _label("kubernetes.io/os", "linux")),
-        lambda: admin.patch_node(own, _label("kubernetes.io/os", "windows")),
         "labels",
+        undo=lambda: admin.patch_node(own, _label("kubernetes.io/os", "windows")),
+        timeout=30,
     )
-    _eventually_denied(
+    refused(
         "cordoning its own Node",
         lambda: agent.patch_node(own, {"spec": {"unschedulable": True}}),
-        lambda: admin.patch_node(own, {"spec": {"unschedulable": None}}),
         "not its spec",
+        undo=lambda: admin.patch_node(own, {"spec": {"unschedulable": None}}),
+        timeout=30,
     )
     # Still allowed: its own keys on its own Node.
     agent.patch_node(own, _label(ready, "ready"))
@@ -583,11 +584,12 @@ def test_pod_bound_tokens_carry_the_node_the_policy_checks(
         ready = f"{READY_LABEL_PREFIX}{install.release}"
         agent.patch_node(own, _label(ready, "ready"))
         agent.patch_node(own, _label(ready, None))
-        _eventually_denied(
+        refused(
             "a pod-bound token on another Node",
             lambda: agent.patch_node(other, _label(ready, "ready")),
-            lambda: client.CoreV1Api(install.admin).patch_node(other, _label(ready, None)),
             "only its own Node",
+            undo=lambda: client.CoreV1Api(install.admin).patch_node(other, _label(ready, None)),
+            timeout=30,
         )
     finally:
         with contextlib.suppress(ApiException):

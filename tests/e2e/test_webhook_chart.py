@@ -282,6 +282,7 @@ def test_with_cert_manager_the_webhook_serves_the_mounted_certificate_and_keeps_
     cert_manager_crds: None,
     prefix: str,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The chart with webhook.certManager.enabled: the server accepts its Issuers and
     Certificates under cert-manager's CRDs. cert-manager's controller and cainjector do not
@@ -328,6 +329,14 @@ def test_with_cert_manager_the_webhook_serves_the_mounted_certificate_and_keeps_
             f"--webhook-cert-dir={mounted}",
         ]  # fmt: skip
         stack.enter_context(_endpoint_slice(kube, ns, service, port))
+        # Under its own ServiceAccount, as in the cluster: the chart's policies hold it (and
+        # would refuse an admin's plan writes, which only the operator's account may make).
+        token = service_account_token(
+            Install(release, ns, kube, True), f"{release}-wcow-runtime-operator"
+        )
+        monkeypatch.setenv(
+            "KUBECONFIG", str(token_kubeconfig(token, ns, tmp_path / "op.kubeconfig"))
+        )
         operator = stack.enter_context(running_operator(ns, *webhook_args, ready=False))
         readyz = f"http://127.0.0.1:{operator['health']}/readyz"
         sized, second = f"{release}-sized", f"{release}-second"
@@ -368,6 +377,8 @@ def test_with_cert_manager_the_webhook_serves_the_mounted_certificate_and_keeps_
             for configuration in _configurations(kube):
                 assert configuration.webhooks[0].client_config.ca_bundle == bundle
             assert _admitted(core, pods, _sized_pod(second)) is not None
+            # The guards let through every write the operator made (configurations, plan).
+            assert "Forbidden" not in Path(operator["log"]).read_text(encoding="utf-8")
         except AssertionError as error:
             log = Path(operator["log"]).read_text(encoding="utf-8")[-4000:]
             raise AssertionError(f"{error}\n--- operator log (tail) ---\n{log}") from None

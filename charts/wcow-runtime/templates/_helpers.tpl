@@ -120,12 +120,25 @@ image: repository:tag or repository@digest. Call with (dict "image" .Values.oper
 {{- end }}
 
 {{/*
-Whether the cluster (or --kube-version) can run the admission policy.
+Whether the cluster (or --kube-version) can run the admission policies. Every policy template
+calls it, whichever parts are enabled: on 1.28 and 1.29 ValidatingAdmissionPolicy is beta and
+off by default (admissionregistration.k8s.io/v1 is served from 1.30), so rendering them there
+would fail at install ("no matches for kind") or, with the beta API switched on, need another
+apiVersion. The chart stops instead and says what the user gives up with
+admissionPolicy.enabled=false (docs/install.md, "Guards by Kubernetes version").
 */}}
 {{- define "wcow-runtime.admissionPolicy.check" -}}
-{{- if and .Values.agent.enabled .Values.admissionPolicy.enabled (semverCompare "<1.30-0" .Capabilities.KubeVersion.Version) }}
-{{- fail (printf "admissionPolicy.enabled needs Kubernetes 1.30 or later (ValidatingAdmissionPolicy v1, and the node name in service-account tokens); this cluster is %s: set admissionPolicy.enabled=false, or upgrade the cluster" .Capabilities.KubeVersion.Version) }}
+{{- if and .Values.admissionPolicy.enabled (semverCompare "<1.30-0" .Capabilities.KubeVersion.Version) }}
+{{- fail (printf "admissionPolicy.enabled needs Kubernetes 1.30 or later (ValidatingAdmissionPolicy v1 is GA in 1.30, and bound service-account tokens carry the node name from 1.30); this cluster is %s. Without the policies nothing narrows RBAC: the agent's token may patch every Node, and the operator's token may write any webhook configuration, any RuntimeClass, and the plan ConfigMap is writable by anyone with update on ConfigMaps in %s. Upgrade the cluster, or set admissionPolicy.enabled=false to install without these guards (docs/install.md)" .Capabilities.KubeVersion.Version .Release.Namespace) }}
 {{- end }}
+{{- end }}
+
+{{/*
+The CEL condition "the request comes from the operator's ServiceAccount", in any namespace
+(a kustomize overlay may move it; matching a look-alike elsewhere only restricts more).
+*/}}
+{{- define "wcow-runtime.operator.isRequester" -}}
+request.userInfo.username.startsWith('system:serviceaccount:') && request.userInfo.username.endsWith(':{{ include "wcow-runtime.operator.serviceAccountName" . }}')
 {{- end }}
 
 {{/*
