@@ -56,6 +56,16 @@ def apply(state: Observed, outcome: Outcome) -> Observed:
     )
 
 
+def edited(state: Observed, body: dict[str, Any]) -> Observed:
+    """The cluster of ``state`` after the one profile was edited to ``body``."""
+    return observed(
+        body,
+        runtime_classes=list(state.runtime_classes.values()),
+        plan_config_map=state.plan_config_map,
+        rollout_config_map=state.rollout_config_map,
+    )
+
+
 def converge(state: Observed) -> tuple[Observed, Outcome]:
     outcome = run(state)
     return apply(state, outcome), outcome
@@ -189,14 +199,7 @@ def test_invalid_profile_keeps_last_good_runtime_class_and_plan_entry() -> None:
     broken = profile_body(
         "hv", generation=2, status=state.profiles[0].status, vm={"memoryMB": 2047}
     )
-    outcome = run(
-        observed(
-            broken,
-            runtime_classes=list(state.runtime_classes.values()),
-            plan_config_map=state.plan_config_map,
-            rollout_config_map=state.rollout_config_map,
-        )
-    )
+    outcome = run(edited(state, broken))
     assert kinds(outcome) == [("patch-status", "hv")]  # no RuntimeClass or plan write
     assert outcome.plan == good_plan
     valid = condition(outcome, "hv", "Valid")
@@ -210,27 +213,30 @@ def test_invalid_profile_keeps_last_good_runtime_class_and_plan_entry() -> None:
     assert "spec.vm.memoryMB" in warning[0].message
 
     # Fixing it recovers, with no restart of anything.
-    after = apply(
-        observed(
-            broken,
-            runtime_classes=list(state.runtime_classes.values()),
-            plan_config_map=state.plan_config_map,
-            rollout_config_map=state.rollout_config_map,
-        ),
-        outcome,
-    )
+    after = apply(edited(state, broken), outcome)
     fixed = profile_body("hv", generation=3, status=after.profiles[0].status, vm={"memoryMB": 4096})
-    recovered = run(
-        observed(
-            fixed,
-            runtime_classes=list(after.runtime_classes.values()),
-            plan_config_map=after.plan_config_map,
-            rollout_config_map=after.rollout_config_map,
-        )
-    )
+    recovered = run(edited(after, fixed))
     assert ("write-plan", "wcow-runtime-plan") in kinds(recovered)
     assert condition(recovered, "hv", "Valid")["status"] == "True"
     assert "SpecValid" in [e.reason for e in recovered.events]
+
+
+def test_a_profile_that_relied_on_coercion_turns_invalid_and_keeps_the_last_good() -> None:
+    """A stored profile with "yes" for a boolean (the API server refuses it; a CRD that does
+    not check types could store it) used to be read as true; now it is Valid=False, and the
+    RuntimeClass and plan entry stay as they were."""
+    state, _ = converge(observed(profile_body("hv", vm={"fullyPhysicallyBacked": True})))
+    coerced = profile_body(
+        "hv", generation=2, status=state.profiles[0].status, vm={"fullyPhysicallyBacked": "yes"}
+    )
+    outcome = run(edited(state, coerced))
+    assert kinds(outcome) == [("patch-status", "hv")]  # no RuntimeClass or plan write
+    assert outcome.plan == state.plan
+    valid = condition(outcome, "hv", "Valid")
+    assert valid["status"] == "False"
+    assert "spec.vm.fullyPhysicallyBacked: must be true or false" in valid["message"]
+    assert "(got 'yes')" in valid["message"]
+    assert condition(outcome, "hv", "Planned")["reason"] == "LastGoodKept"
 
 
 def test_invalid_new_profile_gets_no_runtime_class_and_no_plan_entry() -> None:

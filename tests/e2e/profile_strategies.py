@@ -25,8 +25,10 @@ INT64_MAX = 2**63 - 1
 # What any field may get instead of its value: the types and shapes people (and YAML) get
 # wrong. 2**53 + 1 and 2**63 sit on the edges of JSON's exact integers and of int64.
 WRONG = st.sampled_from(
-    [None, "", "yes", "true", "1", "2", 1.0, 2.5, True, False, 0, -1, [], {}, ["a"], {"x": 1}]
-    + [2**53 + 1, 2**63, -(2**63) - 1, "\x00", "é", " 1"]
+    [
+        *(None, "", "yes", "true", "1", "2", 1.0, 2.5, True, False, 0, -1),
+        *([], {}, ["a"], {"x": 1}, 2**53 + 1, 2**63, -(2**63) - 1, "\x00", "é", " 1"),
+    ]
 )
 # Text nobody should trust: quotes, newlines, NUL, a BOM, YAML and TOML syntax.
 HOSTILE = st.one_of(
@@ -86,7 +88,7 @@ def objects(
     """An object: ``often`` fields are mostly there, the others half the time; now and then
     a misspelt key beside them, or a wrong shape for the whole object."""
     keys = [*often, *(sometimes_present or {})]
-    misspelt = sorted({key.lower() for key in keys} - set(keys)) + ["extra"]
+    misspelt = [*sorted({key.lower() for key in keys} - set(keys)), "extra"]
     present = {name: sometimes(value, st.just(_ABSENT), 12) for name, value in often.items()}
     body = st.fixed_dictionaries(present, optional=sometimes_present or {}).map(
         lambda drawn: {key: value for key, value in drawn.items() if value is not _ABSENT}
@@ -115,7 +117,10 @@ def lists(items: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 
 # ---- the values of particular fields ----
 
-_GOOD_LABEL_KEYS = ["example.com/pool", "pool", "node.kubernetes.io/windows-build", "a" * 63]
+_GOOD_LABEL_KEYS = [
+    *("example.com/pool", "pool", "node.kubernetes.io/windows-build", "a" * 63),
+    f"{'a' * 253}/{'b' * 63}",
+]
 _BAD_LABEL_KEYS = [
     *("kubernetes.io/os", "kubernetes.io/arch", "runtime.wcow.dev/x"),  # managed or fixed
     *("a" * 64, f"{'a' * 253}/b", f"{'a' * 254}/b", "Example.com/x", "a/b/c", "/x", "x/"),
@@ -133,23 +138,27 @@ label_values = field(
 windows_builds = field(
     st.sampled_from([*sorted(BUILD_ALIASES), "10.0.20348", "10.0.14393", "10.0.99999"]),
     st.sampled_from(
-        ["10.0.14392", "10.0.00001", "10.0.2034", "10.0.20348.1", "LTSC2022", "Ltsc2022"]
-        + ["21H1", "22h2", "ltsc2022 ", "ltsc2022\n"]
+        [
+            *("10.0.14392", "10.0.00001", "10.0.2034", "10.0.20348.1", "LTSC2022", "Ltsc2022"),
+            *("21H1", "22h2", "ltsc2022 ", "ltsc2022\n"),
+        ]
     ),
 )
 
 quantities = field(
-    st.sampled_from(["100m", "512Mi", "1", "0", "1.5", ".5", "5.", "+1", "1e3", "1E3", "2Gi"])
+    st.sampled_from(["100m", "512Mi", "1", "0", "1.5", ".5", "5.", "+1", "1e3", "1E-3", "2Gi"])
     | st.sampled_from([0, 1, 8, 2**53 + 1, INT64_MAX]),
-    st.sampled_from(["-1", "1ki", "1 ", "1.2.3", "m", "", "1Mb", "0x10", "1e", "Inf", "1e-3"])
+    st.sampled_from(["-1", "1ki", "1 ", "1.2.3", "m", "", "1Mb", "0x10", "1e", "Inf", "1.5e"])
     | st.sampled_from([-1, 0.5, 1.0, 2**63, 10**30]),
 )
 
 annotation_patterns = lists(
     field(
         st.sampled_from(
-            ["io.microsoft.virtualmachine.*", "io.microsoft.container.*", "*", "example.com/*"]
-            + ["io.microsoft.virtualmachine.computetopology.processor.count", "a" * 63]
+            [
+                *("io.microsoft.virtualmachine.*", "io.microsoft.container.*", "*", "a" * 63),
+                *("io.microsoft.virtualmachine.computetopology.processor.count", "x.io/?[a-z]*"),
+            ]
         ),
         st.one_of(
             st.sampled_from(

@@ -78,7 +78,9 @@ def model_verdict(document: dict[str, Any]) -> Verdict:
         render_all([parse_profile(document)])
     except ProfileInvalidError as invalid:
         return Verdict(
-            False, str(invalid), tuple((problem.field, problem.value) for problem in invalid.problems)
+            False,
+            str(invalid),
+            tuple((problem.field, problem.value) for problem in invalid.problems),
         )
     return Verdict(True)
 

@@ -26,20 +26,32 @@ from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
 from wcow_operator.api import runhcs_options
-from wcow_operator.api.annotation_patterns import pattern_problem
+from wcow_operator.api.annotation_patterns import (
+    NAME_MAX,
+    PLAIN_GLOB_NAME_TOO_LONG,
+    PLAIN_GLOB_PATTERN,
+    PLAIN_GLOB_PREFIX_TOO_LONG,
+    PREFIX_MAX,
+    pattern_problem,
+)
 from wcow_operator.api.validation import (
     DNS1123_LABEL_MAX,
     DNS1123_LABEL_PATTERN,
     DNS1123_SUBDOMAIN_MAX,
+    LABEL_VALUE_PATTERN,
+    QUALIFIED_NAME_LONG_PREFIX,
+    QUALIFIED_NAME_PATTERN,
     QUANTITY_PATTERN,
     canonical_quantity,
     is_dns1123_label,
     is_dns1123_subdomain,
     is_quantity,
     label_value_problem,
+    metadata_annotations_problem,
     qualified_name_problem,
 )
 from wcow_operator.api.windows_builds import (
+    BUILD_ALIASES,
     WINDOWS_BUILD_LABEL,
     WINDOWS_BUILD_PATTERN,
     WindowsBuild,
@@ -85,15 +97,31 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 
 MAX_STRING = 1024  # generous bound on free text; keeps CEL cost estimates finite
 MAX_LIST = 64
+# The API server decodes a JSON integer into int64; a larger one becomes a float, which an
+# integer field refuses.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 FreeText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_STRING)]
+Int64 = Annotated[
+    int, Field(ge=INT64_MIN, le=INT64_MAX), WithJsonSchema({"type": "integer", "format": "int64"})
+]
 
 
 def _quantity_text(value: object) -> str:
-    # YAML gives `cpu: 1` as an int; the API takes int-or-string; the RuntimeClass wants text.
-    if isinstance(value, bool) or not isinstance(value, int | str) or not is_quantity(str(value)):
+    # YAML gives `cpu: 1` as an int; the API takes int-or-string (x-kubernetes-int-or-string:
+    # a JSON integer or a string, nothing else); the RuntimeClass wants text.
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | str)
+        or (isinstance(value, int) and value > INT64_MAX)
+    ):
         raise ValueError(
-            f"{value!r} is not a non-negative Kubernetes quantity (e.g. 250m, 1, 512Mi)"
+            f"{value!r:.80} is not a Kubernetes quantity: write a string such as 250m, 1 or "
+            "512Mi, or an integer up to 2^63-1"
+        )
+    if not is_quantity(str(value)):
+        raise ValueError(
+            f"{value!r:.80} is not a non-negative Kubernetes quantity (e.g. 250m, 1, 512Mi)"
         )
     return str(value)
 
@@ -106,6 +134,11 @@ Quantity = Annotated[
             "x-kubernetes-int-or-string": True,
             "anyOf": [{"type": "integer"}, {"type": "string"}],
             "pattern": QUANTITY_PATTERN,
+            # The pattern applies to strings only; an integer is checked here (and a number
+            # such as 1.0 fails here, as the model refuses it).
+            "x-kubernetes-validations": [
+                {"rule": "type(self) == string || self >= 0", "message": "must not be negative"}
+            ],
         }
     ),
 ]
@@ -128,14 +161,36 @@ def cel(rule: str, message: str, field_path: str | None = None) -> JsonDict:
 
 
 class _Model(BaseModel):
+    # strict: a number is a JSON number and a boolean a JSON boolean, as the API server's
+    # schema has them; "4096", "yes" or 2.0 are refused, not coerced.
     model_config = ConfigDict(
         alias_generator=to_camel,
         populate_by_name=True,
         extra="forbid",
         frozen=True,
+        strict=True,
         use_attribute_docstrings=True,
         validate_default=False,
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        # The API server drops a null given for a field its schema declares (no field is
+        # nullable) before it validates, so null means absent. An unknown key stays, null
+        # or not: the server refuses it too (strict field validation, as kubectl sends).
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        known = set(fields) | {info.alias for info in fields.values() if info.alias}
+        return {key: value for key, value in data.items() if value is not None or key not in known}
+
+
+def without_nulls(value: Any) -> Any:
+    """A map with its null values dropped, as the API server prunes them."""
+    if isinstance(value, dict):
+        return {key: item for key, item in value.items() if item is not None}
+    return value
 
 
 # spec.sandbox.image was removed: it rendered the runhcs option SandboxImage, which no
@@ -166,7 +221,12 @@ def _sandbox_schema(schema: JsonDict) -> None:
     }
     schema["x-kubernetes-validations"] = [
         cel("!has(self.image)", f"spec.sandbox.image {SANDBOX_IMAGE_REMOVED}", ".image"),
-        cel("self.platform == 'windows/amd64'", f"{ARM64_REFUSED}", ".platform"),
+        # The server applies no defaults: a sandbox without platform is windows/amd64.
+        cel(
+            "!has(self.platform) || self.platform == 'windows/amd64'",
+            f"{ARM64_REFUSED}",
+            ".platform",
+        ),
     ]
 
 
@@ -181,7 +241,9 @@ class SandboxSpec(_Model):
     @classmethod
     def _removed_image(cls, data: Any) -> Any:
         if isinstance(data, dict) and "image" in data:
-            raise FieldError("image", SANDBOX_IMAGE_REMOVED)
+            if data["image"] is not None:
+                raise FieldError("image", SANDBOX_IMAGE_REMOVED)
+            data = {key: value for key, value in data.items() if key != "image"}  # null: absent
         return data
 
     @field_validator("platform", mode="before")
@@ -376,6 +438,21 @@ class OverheadSpec(_Model):
         return self
 
 
+# Label keys and values as the API server can check them (the model checks them with
+# qualified_name_problem and label_value_problem, whose messages say more).
+_SHORT_LABEL_PREFIX = cel(
+    f"!self.matches('{QUALIFIED_NAME_LONG_PREFIX}')",
+    f"the prefix of a label key (before '/') is at most {DNS1123_SUBDOMAIN_MAX} characters",
+)
+LabelValue = Annotated[
+    str,
+    StringConstraints(max_length=DNS1123_LABEL_MAX),
+    WithJsonSchema(
+        {"type": "string", "maxLength": DNS1123_LABEL_MAX, "pattern": LABEL_VALUE_PATTERN}
+    ),
+]
+
+
 class Toleration(_Model):
     """A toleration added to pods of this RuntimeClass (core/v1 Toleration)."""
 
@@ -392,19 +469,39 @@ class Toleration(_Model):
                     "&& self.effect == 'NoExecute')",
                     "tolerationSeconds is only allowed with effect NoExecute",
                 ),
+                cel(
+                    "(has(self.key) && self.key != '') || "
+                    "(has(self.operator) && self.operator == 'Exists')",
+                    "an empty key needs operator Exists (tolerate all)",
+                    ".operator",
+                ),
             ]
         }
     )
 
-    key: Annotated[str, StringConstraints(max_length=316)] | None = None
+    key: (
+        Annotated[
+            str,
+            StringConstraints(max_length=316),
+            WithJsonSchema(
+                {
+                    "type": "string",
+                    "maxLength": 316,
+                    "pattern": f"^({QUALIFIED_NAME_PATTERN[1:-1]})?$",  # or empty
+                    "x-kubernetes-validations": [_SHORT_LABEL_PREFIX],
+                }
+            ),
+        ]
+        | None
+    ) = None
     """Taint key; empty with operator Exists tolerates every taint."""
     operator: Literal["Exists", "Equal"] | None = None
     """Equal (the default) or Exists."""
-    value: Annotated[str, StringConstraints(max_length=63)] | None = None
+    value: LabelValue | None = None
     """Taint value to match with operator Equal."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     """Taint effect to match; empty matches all effects."""
-    toleration_seconds: int | None = None
+    toleration_seconds: Int64 | None = None
     """With effect NoExecute: how long the pod stays after the taint appears."""
 
     @model_validator(mode="after")
@@ -429,14 +526,55 @@ class Toleration(_Model):
         return self.model_dump(by_alias=True, exclude_none=True)
 
 
+def _check_label_key(key: str) -> None:
+    problem = qualified_name_problem(key)
+    if problem:
+        raise FieldError(f"[{key}]", f"invalid label key: {problem}")
+
+
+def _check_label_value(key: str, label: str) -> None:
+    problem = label_value_problem(label)
+    if problem:
+        raise FieldError(f"[{key}]", f"{label!r:.80}: {problem}")
+
+
+def _node_selector_rules() -> list[JsonDict]:
+    """The CRD's twin of SchedulingSpec._labels and of the arch check of the spec."""
+    arch = DEFAULT_PLATFORM.split("/", 1)[1]
+    return [
+        cel(
+            f"self.all(k, k.matches('{QUALIFIED_NAME_PATTERN}') && "
+            f"!k.matches('{QUALIFIED_NAME_LONG_PREFIX}'))",
+            "a key is not a valid label key: [prefix/]name, a lowercase DNS subdomain of at "
+            f"most {DNS1123_SUBDOMAIN_MAX} characters before the '/', 1-63 letters, digits, "
+            "'-', '_' or '.' after it, starting and ending with a letter or digit",
+        ),
+        cel(
+            f"!self.exists(k, k.startsWith('{READY_LABEL_PREFIX}'))",
+            f"labels under {READY_LABEL_PREFIX} are managed by wcow-runtime; use "
+            "requireReadyLabel instead",
+        ),
+        cel(
+            f"!('{OS_LABEL}' in self) || self['{OS_LABEL}'] == 'windows'",
+            f"{OS_LABEL} must be 'windows' (or omitted)",
+        ),
+        cel(
+            f"!('{ARCH_LABEL}' in self) || self['{ARCH_LABEL}'] == '{arch}'",
+            f"{ARCH_LABEL} must be '{arch}' (or omitted): it contradicts sandbox.platform "
+            f"{DEFAULT_PLATFORM}",
+        ),
+    ]
+
+
 class SchedulingSpec(_Model):
     node_selector: (
         Annotated[
-            dict[
-                Annotated[str, StringConstraints(max_length=316)],
-                Annotated[str, StringConstraints(max_length=63)],
-            ],
-            Field(max_length=MAX_LIST),
+            dict[str, LabelValue],
+            Field(
+                max_length=MAX_LIST,
+                json_schema_extra={"x-kubernetes-validations": _node_selector_rules()},
+            ),
+            BeforeValidator(without_nulls),
         ]
         | None
     ) = None
@@ -454,9 +592,7 @@ class SchedulingSpec(_Model):
     @classmethod
     def _labels(cls, value: dict[str, str] | None) -> dict[str, str] | None:
         for key, label in (value or {}).items():
-            problem = qualified_name_problem(key)
-            if problem:
-                raise FieldError(f"[{key}]", f"invalid label key: {problem}")
+            _check_label_key(key)
             if key.startswith(READY_LABEL_PREFIX):
                 raise FieldError(
                     f"[{key}]",
@@ -465,9 +601,7 @@ class SchedulingSpec(_Model):
                 )
             if key == OS_LABEL and label != "windows":
                 raise FieldError(f"[{key}]", f"must be 'windows' (or omitted), not {label!r}")
-            problem = label_value_problem(label)
-            if problem:
-                raise FieldError(f"[{key}]", f"{label!r}: {problem}")
+            _check_label_value(key, label)
         return value
 
 
@@ -478,7 +612,28 @@ def _annotation_pattern(pattern: str) -> str:
     return pattern
 
 
-AnnotationPattern = Annotated[FreeText, AfterValidator(_annotation_pattern)]
+# pattern_problem on the API server: exact for globs with no '[' and no '\\' (see
+# annotation_patterns.PLAIN_GLOB_PATTERN); others are the operator's to judge.
+_PLAIN_GLOB_RULE = cel(
+    "self.contains('[') || self.contains('\\\\') || "
+    f"(self.matches('{PLAIN_GLOB_PATTERN}') && !self.matches('{PLAIN_GLOB_NAME_TOO_LONG}') "
+    f"&& !self.matches('{PLAIN_GLOB_PREFIX_TOO_LONG}'))",
+    "the pattern can match no annotation key: keys are [prefix/]name, the prefix a DNS "
+    f"subdomain of at most {PREFIX_MAX} characters, the name 1-{NAME_MAX} letters, digits, "
+    "'-', '_' or '.', starting and ending with a letter or digit ('*' and '?' stand for any)",
+)
+AnnotationPattern = Annotated[
+    FreeText,
+    AfterValidator(_annotation_pattern),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_STRING,
+            "x-kubernetes-validations": [_PLAIN_GLOB_RULE],
+        }
+    ),
+]
 # The part of pattern_problem the API server can check cheaply: at most one '/'.
 _ONE_SLASH = "!{0}.exists(p, p.matches('/.*/'))"
 _ONE_SLASH_MESSAGE = (
@@ -511,6 +666,43 @@ class AnnotationsSpec(_Model):
     io.microsoft.container.*. [] allows none."""
 
 
+# The runhcs options a profile may set through spec.containerd.options (those without a
+# refusal in runhcs_options), each described for the CRD. The CRD declares them with their
+# types, so the API server refuses the others as unknown fields (kubectl's strict field
+# validation) or drops them, as it does for every misspelt field; the model refuses them,
+# saying what to write instead.
+_OPTION_DESCRIPTIONS = {
+    "BootFilesRootPath": "Folder of the utility VM's boot files on the node (runhcs option "
+    "BootFilesRootPath), passed on as an annotation when a pod sets none.",
+    "NCProxyAddr": "Address of the network configuration proxy, ncproxy (runhcs option "
+    "NCProxyAddr), passed on as an annotation when a pod sets none.",
+    "DefaultContainerAnnotations": "Annotations added to every container of the handler that "
+    "does not carry them (runhcs option DefaultContainerAnnotations); not the ones spec.vm "
+    "sets.",
+    "ScrubLogs": "Scrub the shim's logs (runhcs option ScrubLogs); see options.",
+}
+_OPTION_TYPES: dict[type, JsonDict] = {
+    bool: {"type": "boolean"},
+    str: {"type": "string"},
+    dict: {"type": "object", "additionalProperties": {"type": "string"}},
+}
+
+
+def _options_schema() -> JsonDict:
+    allowed = sorted(
+        name for name, spec in runhcs_options.RUNHCS_OPTIONS.items() if spec.refusal is None
+    )
+    assert allowed == sorted(_OPTION_DESCRIPTIONS), "describe every option a profile may set"
+    properties: JsonDict = {
+        name: {
+            **_OPTION_TYPES[runhcs_options.RUNHCS_OPTIONS[name].kind],
+            "description": _OPTION_DESCRIPTIONS[name],
+        }
+        for name in allowed
+    }
+    return {"type": "object", "properties": properties}
+
+
 class ContainerdSpec(_Model):
     runtime_type: Annotated[
         str, StringConstraints(pattern=r"^io\.containerd\.[a-z0-9_]+\.v[0-9]+$", max_length=253)
@@ -528,13 +720,7 @@ class ContainerdSpec(_Model):
     io_retry_timeout_seconds: Annotated[int, Field(ge=0, le=86400)] | None = None
     """How long shims retry their stdio pipes while containerd restarts (runhcs option
     IoRetryTimeoutInSec); 0 retries forever, which is hcsshim's default."""
-    options: (
-        Annotated[
-            dict[str, Any],
-            WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
-        ]
-        | None
-    ) = None
+    options: Annotated[dict[str, Any], WithJsonSchema(_options_schema())] | None = None
     """Further runhcs options by their exact Go field name (NCProxyAddr, ScrubLogs,
     DefaultContainerAnnotations, BootFilesRootPath). Unknown or misspelt names are refused
     (containerd would silently ignore them), and so are other casings (containerd 2.x
@@ -551,6 +737,10 @@ class ContainerdSpec(_Model):
             return None
         checked: dict[str, Any] = {}
         for key, option in value.items():
+            if key in _OPTION_DESCRIPTIONS and option is None:
+                continue  # a declared field: the API server drops its null
+            if key in _OPTION_DESCRIPTIONS and isinstance(option, dict):
+                option = without_nulls(option)  # noqa: PLW2901 - the map as the server keeps it
             try:
                 checked[key] = runhcs_options.check_option(key, option)
             except ValueError as error:
@@ -610,6 +800,54 @@ class RolloutSpec(_Model):
         return value
 
 
+def _build_pin_rule() -> JsonDict:
+    """The CRD's twin of the windows-build pin check of WindowsRuntimeProfileSpec: the label
+    value a windowsBuild stands for, from the same catalog (any spelling the pattern allows)."""
+    aliases = sorted(
+        {(name, build) for name, build in BUILD_ALIASES.items()}
+        | {(name.lower(), build) for name, build in BUILD_ALIASES.items()}
+    )
+    label_of = ", ".join(f"'{name}': '10.0.{build}'" for name, build in aliases)
+    selector = "self.scheduling.nodeSelector"
+    pinned = (
+        "self.isolation == 'Process' && has(self.windowsBuild) && has(self.scheduling) && "
+        f"has({selector}) && '{WINDOWS_BUILD_LABEL}' in {selector} && "
+        "has(self.scheduling.requireReadyLabel) && !self.scheduling.requireReadyLabel"
+    )
+    wanted = f"(self.windowsBuild.startsWith('10.0.') ? self.windowsBuild : {{{label_of}}}[self.windowsBuild])"  # noqa: E501
+    return cel(
+        f"!({pinned}) || {selector}['{WINDOWS_BUILD_LABEL}'] == {wanted}",
+        f"scheduling.nodeSelector[{WINDOWS_BUILD_LABEL}] contradicts windowsBuild (with "
+        "requireReadyLabel false a Process profile selects its windowsBuild's nodes itself)",
+        ".scheduling.nodeSelector",
+    )
+
+
+def _annotation_clash_rule() -> JsonDict:
+    """The CRD's twin of the DefaultContainerAnnotations clash check: an annotation set both
+    by spec.vm (VMSpec.container_annotations) and by the option."""
+    options = "self.containerd.options.DefaultContainerAnnotations"
+    set_by_vm = {
+        ANNOTATION_PROCESSOR_LIMIT: "has(self.vm.processorLimit)",
+        ANNOTATION_PROCESSOR_WEIGHT: "has(self.vm.processorWeight)",
+        ANNOTATION_PHYSICALLY_BACKED: "has(self.vm.fullyPhysicallyBacked) && "
+        "self.vm.fullyPhysicallyBacked",
+        ANNOTATION_TZ_NOINHERIT: "has(self.vm.inheritHostTimezone) && !self.vm.inheritHostTimezone",
+    }
+    clash = " || ".join(f"({when} && '{key}' in {options})" for key, when in set_by_vm.items())
+    both = f"has(self.vm) && has(self.containerd) && has(self.containerd.options) && has({options})"
+    return cel(
+        f"!({both}) || !({clash})",
+        "containerd.options.DefaultContainerAnnotations sets an annotation that spec.vm "
+        "already sets; keep one",
+        ".containerd.options.DefaultContainerAnnotations",
+    )
+
+
+_BUILD_PIN_RULE = _build_pin_rule()
+_ANNOTATION_CLASH_RULE = _annotation_clash_rule()
+
+
 class WindowsRuntimeProfileSpec(_Model):
     """The desired Windows runtime: one containerd handler and its RuntimeClass."""
 
@@ -632,6 +870,8 @@ class WindowsRuntimeProfileSpec(_Model):
                     "overhead policies Baseline and WholeVM need isolation HyperV",
                     ".overhead.policy",
                 ),
+                _BUILD_PIN_RULE,
+                _ANNOTATION_CLASH_RULE,
             ]
         }
     )
@@ -834,14 +1074,44 @@ class WindowsRuntimeProfileStatus(_Model):
     """Progress of the last plan change that touched this profile's handler."""
 
 
+def _null_strings_empty(value: Any) -> Any:
+    # ObjectMeta is a Go struct on the server: a null label or annotation value decodes as "".
+    if isinstance(value, dict):
+        return {key: "" if item is None else item for key, item in value.items()}
+    return value
+
+
+StringMap = Annotated[dict[str, str], BeforeValidator(_null_strings_empty)]
+
+
 class ObjectMeta(_Model):
-    """The parts of metadata the renderers use; everything else is ignored."""
+    """The parts of metadata the renderers use, and labels and annotations checked as the
+    API server checks them. Other fields are ignored: metadata is the API server's, and it
+    gains fields over releases."""
 
     model_config = ConfigDict(extra="ignore")
 
     name: str
     generation: int | None = None
     uid: str | None = None
+    labels: StringMap | None = None
+    annotations: StringMap | None = None
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for key, label in (value or {}).items():
+            _check_label_key(key)
+            _check_label_value(key, label)
+        return value
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotations(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        problem = metadata_annotations_problem(value or {})
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("name")
     @classmethod
