@@ -722,11 +722,12 @@ class ContainerdSpec(_Model):
     IoRetryTimeoutInSec); 0 retries forever, which is hcsshim's default."""
     options: Annotated[dict[str, Any], WithJsonSchema(_options_schema())] | None = None
     """Further runhcs options by their exact Go field name (NCProxyAddr, ScrubLogs,
-    DefaultContainerAnnotations, BootFilesRootPath). Unknown or misspelt names are refused
-    (containerd would silently ignore them), and so are other casings (containerd 2.x
-    decodes any casing, 1.x only lower-first and lowercase, so they would act on some nodes
-    only). ScrubLogs is written only when set. Unset: shims of hcsshim up to v0.15.0-rc.1
-    do not scrub their logs, v0.15.0-rc.2 and later do. true: scrubbing on (containerd 1.7+;
+    DefaultContainerAnnotations, BootFilesRootPath). Unknown or misspelt names are unknown
+    fields, refused by wcow validate and by kubectl apply (containerd would silently ignore
+    them), and so are other casings (containerd 2.x decodes any casing, 1.x only
+    lower-first and lowercase, so they would act on some nodes only). ScrubLogs is written
+    only when set. Unset: shims of hcsshim up to v0.15.0-rc.1 do not scrub their logs,
+    v0.15.0-rc.2 and later do. true: scrubbing on (containerd 1.7+;
     1.6 drops the key). false: off, but a v0.15.0-rc.2+ shim sees it only when containerd's
     own hcsshim has the optional field (containerd 2.4+)."""
 
