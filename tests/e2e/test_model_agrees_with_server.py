@@ -39,7 +39,7 @@ from wcow_operator.render.bundle import render_all
 pytestmark = pytest.mark.e2e
 
 BATCH = 16  # profiles per example, sent to the server at once
-EXAMPLES = 150  # 2,400 profiles: about a minute on two shared cores
+EXAMPLES = 250  # 4,000 profiles: about a minute on two cores at rest
 
 
 @dataclass(frozen=True)
