@@ -16,9 +16,11 @@ from wcow_operator.api import v1alpha1
 _DROP = {"title", "default", "$defs", "propertyNames"}
 
 # kube-openapi lets a JSON number with a zero fraction (2.0) through as an integer
-# (pkg/validation/validate/type.go, isFloatInt), and then a CEL rule that reads the field
-# fails on it ("invalid data, expected int"): so 2.0 would be stored in one field and refused
-# in the next. This rule on every integer field refuses it everywhere, as the model does.
+# (pkg/validation/validate/type.go, isFloatInt; kube-openapi 589584f, Kubernetes 1.35), and
+# then a CEL rule that reads the field fails on it (k8s.io/apiserver v0.35.4
+# pkg/cel/common/valuesunstructured.go: "invalid data, expected int"): so 2.0 would be stored
+# in one field and refused in the next. This rule on every integer field refuses it
+# everywhere, as the model does.
 WHOLE_NUMBER_RULE = {
     "rule": "type(self) == int",
     "message": "must be an integer, written without a decimal point",

@@ -177,7 +177,8 @@ class _Model(BaseModel):
     @classmethod
     def _null_is_absent(cls, data: Any) -> Any:
         # The API server drops a null given for a field its schema declares (no field is
-        # nullable) before it validates, so null means absent. An unknown key stays, null
+        # nullable) before it validates, so null means absent (apiextensions-apiserver
+        # v0.35.4 pkg/apiserver/schema/defaulting/prunenulls.go). An unknown key stays, null
         # or not: the server refuses it too (strict field validation, as kubectl sends).
         if not isinstance(data, dict):
             return data
