@@ -62,6 +62,19 @@ def apply(state: Observed, outcome: Outcome) -> Observed:
     )
 
 
+def edited(
+    state: Observed, body: dict[str, Any], plan_config_map: dict[str, Any] | None = None
+) -> Observed:
+    """The cluster of ``state`` after the one profile was edited to ``body`` (and the plan
+    ConfigMap replaced by ``plan_config_map``, when given)."""
+    return observed(
+        body,
+        runtime_classes=list(state.runtime_classes.values()),
+        plan_config_map=plan_config_map or state.plan_config_map,
+        rollout_config_map=state.rollout_config_map,
+    )
+
+
 def converge(state: Observed) -> tuple[Observed, Outcome]:
     outcome = run(state)
     return apply(state, outcome), outcome
@@ -189,30 +202,13 @@ def test_deleted_runtime_class_is_created_again() -> None:
     assert kinds(outcome) == [("create-runtime-class", "hv")]
 
 
-def broken_later(state: Observed) -> dict[str, Any]:
-    """Profile "hv" of ``state`` edited into an invalid spec (an odd memoryMB)."""
-    return profile_body("hv", generation=2, status=state.profiles[0].status, vm={"memoryMB": 2047})
-
-
-def rerun(
-    state: Observed, body: dict[str, Any], plan_config_map: dict[str, Any] | None = None
-) -> Outcome:
-    """Reconcile ``body`` against what ``state`` holds (its objects, plan and rollout)."""
-    return run(
-        observed(
-            body,
-            runtime_classes=list(state.runtime_classes.values()),
-            plan_config_map=plan_config_map or state.plan_config_map,
-            rollout_config_map=state.rollout_config_map,
-        )
-    )
-
-
 def test_invalid_profile_keeps_last_good_runtime_class_and_plan_entry() -> None:
     state, _ = converge(observed(profile_body("hv", vm={"memoryMB": 2048})))
     good_plan = state.plan
-    broken = broken_later(state)
-    outcome = rerun(state, broken)
+    broken = profile_body(
+        "hv", generation=2, status=state.profiles[0].status, vm={"memoryMB": 2047}
+    )
+    outcome = run(edited(state, broken))
     assert kinds(outcome) == [("patch-status", "hv")]  # no RuntimeClass or plan write
     assert outcome.plan == good_plan
     valid = condition(outcome, "hv", "Valid")
@@ -226,24 +222,9 @@ def test_invalid_profile_keeps_last_good_runtime_class_and_plan_entry() -> None:
     assert "spec.vm.memoryMB" in warning[0].message
 
     # Fixing it recovers, with no restart of anything.
-    after = apply(
-        observed(
-            broken,
-            runtime_classes=list(state.runtime_classes.values()),
-            plan_config_map=state.plan_config_map,
-            rollout_config_map=state.rollout_config_map,
-        ),
-        outcome,
-    )
+    after = apply(edited(state, broken), outcome)
     fixed = profile_body("hv", generation=3, status=after.profiles[0].status, vm={"memoryMB": 4096})
-    recovered = run(
-        observed(
-            fixed,
-            runtime_classes=list(after.runtime_classes.values()),
-            plan_config_map=after.plan_config_map,
-            rollout_config_map=after.rollout_config_map,
-        )
-    )
+    recovered = run(edited(after, fixed))
     assert ("write-plan", "wcow-runtime-plan") in kinds(recovered)
     assert condition(recovered, "hv", "Valid")["status"] == "True"
     assert "SpecValid" in [e.reason for e in recovered.events]
@@ -270,9 +251,30 @@ def test_a_forged_last_good_entry_is_not_written_again(
     forged_plan = build_plan(plan["handlers"])
     config_map = copy.deepcopy(state.plan_config_map)
     config_map["data"][PLAN_KEY] = json.dumps(forged_plan)
-    outcome = rerun(state, broken_later(state), plan_config_map=config_map)
+    broken = profile_body(
+        "hv", generation=2, status=state.profiles[0].status, vm={"memoryMB": 2047}
+    )
+    outcome = run(edited(state, broken, plan_config_map=config_map))
     assert "hv" not in outcome.plan["handlers"], field
     assert condition(outcome, "hv", "Planned")["reason"] == "InvalidSpec"
+
+
+def test_a_profile_that_relied_on_coercion_turns_invalid_and_keeps_the_last_good() -> None:
+    """A stored profile with "yes" for a boolean (the API server refuses it; a CRD that does
+    not check types could store it) used to be read as true; now it is Valid=False, and the
+    RuntimeClass and plan entry stay as they were."""
+    state, _ = converge(observed(profile_body("hv", vm={"fullyPhysicallyBacked": True})))
+    coerced = profile_body(
+        "hv", generation=2, status=state.profiles[0].status, vm={"fullyPhysicallyBacked": "yes"}
+    )
+    outcome = run(edited(state, coerced))
+    assert kinds(outcome) == [("patch-status", "hv")]  # no RuntimeClass or plan write
+    assert outcome.plan == state.plan
+    valid = condition(outcome, "hv", "Valid")
+    assert valid["status"] == "False"
+    assert "spec.vm.fullyPhysicallyBacked: must be true or false" in valid["message"]
+    assert "(got 'yes')" in valid["message"]
+    assert condition(outcome, "hv", "Planned")["reason"] == "LastGoodKept"
 
 
 def test_invalid_new_profile_gets_no_runtime_class_and_no_plan_entry() -> None:

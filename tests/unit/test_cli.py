@@ -97,6 +97,20 @@ def test_invalid_profile_names_file_profile_field_and_value_and_writes_nothing(
     assert "(got 1023)" in err
 
 
+def test_render_refuses_a_string_where_the_api_server_wants_a_boolean(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`fullyPhysicallyBacked: "yes"` used to render a physically backed VM; the API server
+    refuses the same profile (not a boolean), so `wcow render` and `validate` do too."""
+    (tmp_path / "yes.yaml").write_text(GOOD + '  vm:\n    fullyPhysicallyBacked: "yes"\n')
+    for command in ("render", "validate"):
+        code, stdout, err = run(capsys, command, str(tmp_path))
+        assert code == EXIT_INVALID
+        assert stdout == ""
+        assert "profile 'hv': spec.vm.fullyPhysicallyBacked: must be true or false" in err
+        assert "(got 'yes')" in err
+
+
 def test_multi_document_files_and_foreign_objects(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

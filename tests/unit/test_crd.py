@@ -11,9 +11,12 @@ import celpy
 import kubernetes_validate
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import ROOT, SAMPLES, profile_document
-from wcow_operator.api.crd import custom_resource_definition, openapi_schema
+from wcow_operator.api.annotation_patterns import pattern_problem
+from wcow_operator.api.crd import WHOLE_NUMBER_RULE, custom_resource_definition, openapi_schema
 from wcow_operator.api.errors import ProfileInvalidError, parse_profile
 from wcow_operator.cli import crd_yaml
 
@@ -151,6 +154,50 @@ CROSS_FIELD_INVALID = [
     profile_document(sandbox={"platform": "windows/arm64"}),
     profile_document(annotations={"pod": ["containerd.io/snapshot/*"]}),
     profile_document(annotations={"container": ["io.microsoft.container.*", "a/b/c*"]}),
+    # issue 17: every rule of the model has its twin on the server
+    profile_document(annotations={"pod": ["io.microsoft.virtual machine.*"]}),
+    profile_document(annotations={"pod": ["-io.microsoft.*"]}),
+    profile_document(annotations={"pod": [f"{'a' * 64}*"]}),
+    profile_document(scheduling={"nodeSelector": {"bad key": "x"}}),
+    profile_document(scheduling={"nodeSelector": {f"{'a' * 254}/b": "x"}}),
+    profile_document(scheduling={"nodeSelector": {"runtime.wcow.dev/hv": "ready"}}),
+    profile_document(scheduling={"nodeSelector": {"kubernetes.io/os": "linux"}}),
+    profile_document(scheduling={"nodeSelector": {"kubernetes.io/arch": "arm64"}}),
+    profile_document(scheduling={"tolerations": [{"effect": "NoSchedule"}]}),
+    profile_document(
+        isolation="Process",
+        scheduling={
+            "requireReadyLabel": False,
+            "nodeSelector": {"node.kubernetes.io/windows-build": "10.0.17763"},
+        },
+    ),
+    profile_document(
+        vm={"fullyPhysicallyBacked": True},
+        containerd={
+            "options": {
+                "DefaultContainerAnnotations": {
+                    "io.microsoft.virtualmachine.fullyphysicallybacked": "false"
+                }
+            }
+        },
+    ),
+    profile_document(overhead={"podFixed": {"cpu": -1}}),
+]
+
+# Accepted by both, though a rule once stumbled on them (issue 17): fields left out or null.
+EDGES_VALID = [
+    profile_document(sandbox={}),
+    profile_document(overhead={"podFixed": {"cpu": 2, "memory": 2**63 - 1}}),
+    profile_document(scheduling={"nodeSelector": {f"{'a' * 253}/{'b' * 63}": "x"}}),
+    profile_document(
+        isolation="Process",
+        windowsBuild="20h2",
+        scheduling={
+            "requireReadyLabel": False,
+            "nodeSelector": {"node.kubernetes.io/windows-build": "10.0.19042"},
+        },
+    ),
+    profile_document(annotations={"pod": ["[a-z]*", "a\\b", "*.io/?x*"]}),
 ]
 
 
@@ -171,3 +218,56 @@ def test_cel_rules_refuse_what_the_model_refuses_across_fields(document: dict[st
     document = _without_nulls(document)
     assert not pydantic_accepts(document)
     assert not cel_accepts(document), "the API server would store what the operator rejects"
+
+
+@pytest.mark.parametrize("document", EDGES_VALID, ids=str)
+def test_cel_rules_accept_what_the_model_accepts_at_the_edges(document: dict[str, Any]) -> None:
+    document = _without_nulls(document)
+    assert pydantic_accepts(document)
+    assert cel_accepts(document)
+
+
+def test_every_integer_field_refuses_a_number_with_a_decimal_point() -> None:
+    """kube-openapi takes 2.0 for an integer; the rule on each integer field refuses it, as
+    the model does (a field without the rule would store it, one with another rule refuse it)."""
+    integers = {
+        path: node for path, node in _nodes(openapi_schema()) if node.get("type") == "integer"
+    }
+    assert ".spec.vm.processorCount" in integers
+    for path, node in integers.items():
+        assert WHOLE_NUMBER_RULE in node["x-kubernetes-validations"], path
+    assert not cel_accepts(profile_document(vm={"processorCount": 2.0}))
+    assert not pydantic_accepts(profile_document(vm={"processorCount": 2.0}))
+
+
+_GLOB_CHARACTERS = st.sampled_from([*"aZ0-._/*?", " ", "é", "!", "^", "]"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    pattern=st.one_of(
+        st.lists(_GLOB_CHARACTERS, min_size=1, max_size=10).map("".join),
+        st.tuples(st.integers(240, 260), st.sampled_from(["", "/"]), st.integers(55, 70)).map(
+            lambda n: "a*" * (n[0] // 2) + n[1] + "b?" * (n[2] // 2)
+        ),
+    )
+)
+def test_the_server_judges_plain_globs_exactly_as_the_model(pattern: str) -> None:
+    """The CEL twin of pattern_problem for globs without '[' or '\\' is exact."""
+    assert len(_GLOB_RULES) == 1, "the CRD has no rule for each annotation pattern"
+    (rule,) = _GLOB_RULES
+    accepted = bool(rule.evaluate({"self": celpy.json_to_cel(pattern)}))
+    assert accepted == (pattern_problem(pattern) is None), pattern
+
+
+def _compiled(rule: str) -> Any:
+    environment = celpy.Environment()
+    return environment.program(environment.compile(rule))
+
+
+_POD_PATTERNS = openapi_schema()["properties"]["spec"]["properties"]["annotations"]["properties"][
+    "pod"
+]
+_GLOB_RULES = [
+    _compiled(rule["rule"]) for rule in _POD_PATTERNS["items"].get("x-kubernetes-validations", [])
+]

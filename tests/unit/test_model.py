@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -9,6 +10,8 @@ import pytest
 from tests.conftest import MakeProfile, profile_document
 from wcow_operator.api.errors import ProfileInvalidError, parse_profile
 from wcow_operator.api.windows_builds import (
+    OLDEST_BUILD,
+    WINDOWS_BUILD_PATTERN,
     WindowsBuild,
     hyperv_can_run,
     parse_windows_build,
@@ -61,6 +64,14 @@ def test_unknown_windows_builds_are_refused_with_the_accepted_forms(bad: str) ->
 
 def test_a_build_before_ws2016_is_refused() -> None:
     assert "older than Windows Server 2016" in only_problem(windowsBuild="10.0.10240")
+
+
+def test_the_crd_pattern_takes_exactly_the_builds_the_model_takes() -> None:
+    """The API server refuses 10.0.14392 as the model does (it used to take any 5 digits)."""
+    for number in range(100000):
+        build = f"10.0.{number:05d}"
+        taken = re.fullmatch(WINDOWS_BUILD_PATTERN, build) is not None
+        assert taken == (number >= OLDEST_BUILD), build
 
 
 def test_hyperv_runs_guests_up_to_the_host_build() -> None:
@@ -317,3 +328,130 @@ def test_overhead_is_rendered_as_the_api_server_stores_it(
     assert make_profile(overhead={"podFixed": {"memory": given}}).spec.effective_overhead() == {
         "memory": stored
     }
+
+
+# ---- as strict as the CRD's schema: the API server refuses these, so the model does too ----
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "shown"),
+    [
+        ({"vm": {"memoryMB": "4096"}}, "spec.vm.memoryMB", "'4096'"),
+        ({"vm": {"processorCount": "2"}}, "spec.vm.processorCount", "'2'"),
+        ({"vm": {"processorCount": 2.0}}, "spec.vm.processorCount", "2.0"),
+        ({"vm": {"processorCount": True}}, "spec.vm.processorCount", "True"),
+        ({"vm": {"fullyPhysicallyBacked": "yes"}}, "spec.vm.fullyPhysicallyBacked", "'yes'"),
+        ({"vm": {"fullyPhysicallyBacked": "true"}}, "spec.vm.fullyPhysicallyBacked", "'true'"),
+        ({"vm": {"inheritHostTimezone": 0}}, "spec.vm.inheritHostTimezone", "0"),
+        ({"canary": {"timeoutSeconds": "60"}}, "spec.canary.timeoutSeconds", "'60'"),
+        ({"canary": {"enabled": 1}}, "spec.canary.enabled", "1"),
+        ({"containerd": {"debug": "on"}}, "spec.containerd.debug", "'on'"),
+        (
+            {
+                "scheduling": {
+                    "tolerations": [{"key": "a", "effect": "NoExecute", "tolerationSeconds": "5"}]
+                }
+            },
+            "spec.scheduling.tolerations[0].tolerationSeconds",
+            "'5'",
+        ),
+    ],
+)
+def test_strings_floats_and_numbers_are_not_coerced(
+    spec: dict[str, Any], field: str, shown: str
+) -> None:
+    message = only_problem(**spec)
+    assert message.startswith(f"{field}: must be ")
+    assert message.endswith(f"(got {shown})")
+
+
+def test_a_string_for_a_boolean_says_what_to_write() -> None:
+    message = only_problem(vm={"fullyPhysicallyBacked": "yes"})
+    assert message == (
+        "spec.vm.fullyPhysicallyBacked: must be true or false, without quotes, not a string "
+        "(got 'yes')"
+    )
+
+
+@pytest.mark.parametrize("quantity", [1, "1", 0, 2**63 - 1, "250m"])
+def test_quantities_are_integers_or_strings_as_in_kubernetes(
+    make_profile: MakeProfile, quantity: object
+) -> None:
+    make_profile(overhead={"podFixed": {"cpu": quantity}})
+
+
+@pytest.mark.parametrize("quantity", [1.0, 0.5, -1, 2**63, False, [], {}])
+def test_quantities_of_other_json_types_or_out_of_int64_are_refused(quantity: object) -> None:
+    assert only_problem(overhead={"podFixed": {"cpu": quantity}}).startswith(
+        "spec.overhead.podFixed.cpu: "
+    )
+
+
+def test_toleration_seconds_is_an_int64() -> None:
+    toleration = {"key": "a", "effect": "NoExecute", "tolerationSeconds": 2**63}
+    message = only_problem(scheduling={"tolerations": [toleration]})
+    assert message.startswith("spec.scheduling.tolerations[0].tolerationSeconds:")
+
+
+@pytest.mark.parametrize(
+    ("spec", "as_stored"),
+    [
+        ({"sandbox": None}, {}),
+        ({"sandbox": {}}, {}),
+        ({"sandbox": {"platform": None, "image": None}}, {}),
+        ({"vm": {"memoryMB": None, "fullyPhysicallyBacked": None}}, {"vm": {}}),
+        (
+            {"scheduling": {"nodeSelector": {"example.com/pool": None}, "tolerations": None}},
+            {"scheduling": {"nodeSelector": {}}},
+        ),
+        (
+            {
+                "containerd": {
+                    "options": {"ScrubLogs": None, "DefaultContainerAnnotations": {"a": None}}
+                }
+            },
+            {"containerd": {"options": {"DefaultContainerAnnotations": {}}}},
+        ),
+        ({"rollout": {"maxUnavailable": None}}, {}),
+    ],
+)
+def test_null_is_absent_as_the_api_server_prunes_it(
+    make_profile: MakeProfile, spec: dict[str, Any], as_stored: dict[str, Any]
+) -> None:
+    assert make_profile(**spec).spec == make_profile(**as_stored).spec
+
+
+def test_null_does_not_hide_an_unknown_field() -> None:
+    # The API server refuses an unknown field whatever its value (strict field validation).
+    assert only_problem(vm={"memoryMb": None}).startswith("spec.vm.memoryMb: is not a field")
+    assert only_problem(containerd={"options": {"Debug": None}}).startswith(
+        "spec.containerd.options.Debug:"
+    )
+
+
+@pytest.mark.parametrize(
+    ("metadata", "field"),
+    [
+        ({"labels": {"bad key!": "x"}}, "metadata.labels[bad key!]"),
+        ({"labels": {"ok": "bad value!"}}, "metadata.labels.ok"),
+        ({"labels": {"ok": 1}}, "metadata.labels.ok"),
+        ({"annotations": {"/x": "y"}}, "metadata.annotations"),
+        ({"annotations": {"a": "x" * (256 * 1024)}}, "metadata.annotations"),
+    ],
+)
+def test_labels_and_annotations_are_checked_as_the_api_server_does(
+    metadata: dict[str, Any], field: str
+) -> None:
+    document = profile_document()
+    document["metadata"].update(metadata)
+    with pytest.raises(ProfileInvalidError) as caught:
+        parse_profile(document)
+    (problem,) = caught.value.problems
+    assert str(problem).startswith(f"{field}:")
+    assert len(str(problem)) < 1000  # the 256 KiB value is not echoed back whole
+
+
+def test_annotation_keys_are_judged_lowercased_as_go_does() -> None:
+    document = profile_document()
+    document["metadata"]["annotations"] = {"Example.COM/Key": "x", "\u0130": "dotted capital I"}
+    parse_profile(document)  # Go's ToLower maps U+0130 to 'i'

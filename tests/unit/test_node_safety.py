@@ -101,7 +101,7 @@ def test_the_default_ncproxy_pipe_is_rendered() -> None:
     [
         ("microsoft.com/hostprocess-inherit-user", "SYSTEM token"),
         ("microsoft.com/hostprocess-container", "HostProcess family"),
-        ("Microsoft.com/HostProcess-RootFS-Location", "HostProcess family"),
+        ("microsoft.com/hostprocess-rootfs-location", "HostProcess family"),
         ("io.microsoft.virtualmachine.computetopology.processor.count", "spec.vm.processorCount"),
         ("io.microsoft.virtualmachine.computetopology.memory.sizeinmb", "spec.vm.memoryMB"),
         ("io.microsoft.virtualmachine.fullyphysicallybacked", "spec.vm.fullyPhysicallyBacked"),

@@ -163,6 +163,18 @@ def _can_match(glob: list[_Token], start: str, accept: str = _ACCEPT) -> bool:
     return False
 
 
+# The same judgement as regular expressions the API server can run (a CEL rule of the CRD),
+# exact for globs without a character class or an escape: no '[' and no '\\'. A star or a
+# '?' can stand for a letter or digit, so a key can match such a glob exactly when, stars
+# and '?' counted as letters, it has the key's shape: at most one '/', before it DNS labels
+# joined by '.', after it (or alone) a name that starts and ends with a letter or digit. The
+# lengths count the characters a star does not stand for, as _fixed does.
+_GLOB_LABEL = r"[A-Za-z0-9*?]([-A-Za-z0-9*?]*[A-Za-z0-9*?])?"
+_GLOB_NAME = r"[A-Za-z0-9*?]([-A-Za-z0-9_.*?]*[A-Za-z0-9*?])?"
+PLAIN_GLOB_PATTERN = rf"^({_GLOB_LABEL}([.]{_GLOB_LABEL})*/)?{_GLOB_NAME}$"
+PLAIN_GLOB_NAME_TOO_LONG = rf"(^|/)[*]*([^*/][*]*){{{NAME_MAX + 1},}}$"
+PLAIN_GLOB_PREFIX_TOO_LONG = rf"^[*]*([^*/][*]*){{{PREFIX_MAX + 1},}}/"
+
 _NAME_RULE = (
     "a name is 1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
 )

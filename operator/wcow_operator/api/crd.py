@@ -15,6 +15,17 @@ from wcow_operator.api import v1alpha1
 
 _DROP = {"title", "default", "$defs", "propertyNames"}
 
+# kube-openapi lets a JSON number with a zero fraction (2.0) through as an integer
+# (pkg/validation/validate/type.go, isFloatInt; kube-openapi 589584f, Kubernetes 1.35), and
+# then a CEL rule that reads the field fails on it (k8s.io/apiserver v0.35.4
+# pkg/cel/common/valuesunstructured.go: "invalid data, expected int"): so 2.0 would be stored
+# in one field and refused in the next. This rule on every integer field refuses it
+# everywhere, as the model does.
+WHOLE_NUMBER_RULE = {
+    "rule": "type(self) == int",
+    "message": "must be an integer, written without a decimal point",
+}
+
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Isolation", "type": "string", "jsonPath": ".spec.isolation"},
     {"name": "Build", "type": "string", "jsonPath": ".spec.windowsBuild"},
@@ -78,6 +89,11 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         out.setdefault("type", "object")
     if "enum" in out and "type" not in out:
         out["type"] = "string"
+    if out.get("type") == "integer":
+        out["x-kubernetes-validations"] = [
+            WHOLE_NUMBER_RULE,
+            *out.get("x-kubernetes-validations", []),
+        ]
     return out
 
 

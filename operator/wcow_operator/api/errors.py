@@ -12,6 +12,33 @@ from wcow_operator.api.v1alpha1 import FieldError, WindowsRuntimeProfile
 
 _MISSING = object()
 _FIELD_TOKEN = re.compile(r"\[([^\]]*)\]|([^.\[]+)")
+VALUE_SHOWN_MAX = 200
+
+# What to write instead, for a value of the wrong JSON type: the model is as strict as the
+# CRD's schema, so "4096", "yes" and 2.0 are refused, not read as 4096, true and 2.
+_JSON_TYPE: dict[type, str] = {
+    bool: "a boolean",
+    int: "an integer",
+    float: "a number with a decimal point",
+    str: "a string",
+    list: "a list",
+    dict: "a map",
+}
+_WANTED = {
+    "int_type": "must be an integer (a number without quotes and without a decimal point)",
+    "bool_type": "must be true or false, without quotes",
+    "string_type": "must be a string",
+    "dict_type": "must be a map",
+    "model_type": "must be an object (a map of fields)",
+    "list_type": "must be a list",
+}
+
+
+def _wrong_type(kind: str, value: Any) -> str | None:
+    wanted = _WANTED.get(kind)
+    if wanted is None or value is _MISSING:
+        return None
+    return f"{wanted}, not {_JSON_TYPE.get(type(value), type(value).__name__)}"
 
 
 @dataclass(frozen=True)
@@ -25,7 +52,10 @@ class Problem:
     def __str__(self) -> str:
         if self.value is _MISSING:
             return f"{self.field}: {self.message}"
-        return f"{self.field}: {self.message} (got {self.value!r})"
+        shown = repr(self.value)  # escapes control characters; bounded: it may be anyone's text
+        if len(shown) > VALUE_SHOWN_MAX:
+            shown = f"{shown[:VALUE_SHOWN_MAX]}... ({len(shown)} characters)"
+        return f"{self.field}: {self.message} (got {shown})"
 
 
 class ProfileInvalidError(ValueError):
@@ -87,6 +117,8 @@ def problems_from(error: ValidationError, document: Any) -> list[Problem]:
             message = "is required"
         elif detail["type"] == "extra_forbidden":
             message = "is not a field of WindowsRuntimeProfile v1alpha1 (misspelt?)"
+        else:
+            message = _wrong_type(detail["type"], value) or message
         problems.append(Problem(_join(parts) or "(document)", message, value))
     return problems
 

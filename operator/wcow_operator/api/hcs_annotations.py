@@ -249,10 +249,19 @@ _HOST_PROCESS_DEFAULT = (
 )
 
 
+# hcsshim looks annotations up by their exact key (Go map reads), so another casing is
+# not read at all: keys are compared exactly, here and in the CRD's twin.
+_DEFAULT_REFUSALS: Final = {entry.key: entry.as_default for entry in CATALOGUE if entry.as_default}
+
+
+def refused_default_keys() -> list[str]:
+    """The catalogue's keys a profile may not default for every pod, besides the HostProcess
+    family, which is refused by prefix."""
+    return sorted(_DEFAULT_REFUSALS)
+
+
 def default_refusal(key: str) -> str | None:
     """Why a profile may not set ``key`` in DefaultContainerAnnotations; None: it may."""
-    folded = key.lower()
-    if folded.startswith(HOST_PROCESS_PREFIX):
+    if key.startswith(HOST_PROCESS_PREFIX):
         return _HOST_PROCESS_DEFAULT
-    found = BY_KEY.get(folded)
-    return found.as_default if found is not None else None
+    return _DEFAULT_REFUSALS.get(key)

@@ -9,7 +9,7 @@ from wcow_operator.api.crd import openapi_schema
 
 def _type(node: dict[str, Any]) -> str:
     if node.get("x-kubernetes-int-or-string"):
-        return "quantity"
+        return "quantity" if "pattern" in node else "integer or string"
     if "enum" in node:
         return " \\| ".join(f"`{value}`" for value in node["enum"])
     kind = str(node.get("type", "object"))

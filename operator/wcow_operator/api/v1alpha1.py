@@ -26,7 +26,14 @@ from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
 from wcow_operator.api import runhcs_options
-from wcow_operator.api.annotation_patterns import pattern_problem
+from wcow_operator.api.annotation_patterns import (
+    NAME_MAX,
+    PLAIN_GLOB_NAME_TOO_LONG,
+    PLAIN_GLOB_PATTERN,
+    PLAIN_GLOB_PREFIX_TOO_LONG,
+    PREFIX_MAX,
+    pattern_problem,
+)
 from wcow_operator.api.hcs_annotations import (
     ANNOTATION_MEMORY_MB,
     ANNOTATION_PHYSICALLY_BACKED,
@@ -34,6 +41,8 @@ from wcow_operator.api.hcs_annotations import (
     ANNOTATION_PROCESSOR_LIMIT,
     ANNOTATION_PROCESSOR_WEIGHT,
     ANNOTATION_TZ_NOINHERIT,
+    HOST_PROCESS_PREFIX,
+    refused_default_keys,
 )
 from wcow_operator.api.quantity import (
     MAX_QUANTITY_TEXT,
@@ -45,12 +54,17 @@ from wcow_operator.api.validation import (
     DNS1123_LABEL_MAX,
     DNS1123_LABEL_PATTERN,
     DNS1123_SUBDOMAIN_MAX,
+    LABEL_VALUE_PATTERN,
+    QUALIFIED_NAME_LONG_PREFIX,
+    QUALIFIED_NAME_PATTERN,
     is_dns1123_label,
     is_dns1123_subdomain,
     label_value_problem,
+    metadata_annotations_problem,
     qualified_name_problem,
 )
 from wcow_operator.api.windows_builds import (
+    BUILD_ALIASES,
     WINDOWS_BUILD_LABEL,
     WINDOWS_BUILD_PATTERN,
     WindowsBuild,
@@ -90,14 +104,28 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 
 MAX_STRING = 1024  # generous bound on free text; keeps CEL cost estimates finite
 MAX_LIST = 64
+# The API server decodes a JSON integer into int64; a larger one becomes a float, which an
+# integer field refuses.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 FreeText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_STRING)]
+Int64 = Annotated[
+    int, Field(ge=INT64_MIN, le=INT64_MAX), WithJsonSchema({"type": "integer", "format": "int64"})
+]
 
 
 def _quantity_text(value: object) -> str:
-    # YAML gives `cpu: 1` as an int; the API takes int-or-string; the RuntimeClass wants text.
-    if isinstance(value, float):
-        raise ValueError(f"{value!r} is not a Kubernetes quantity: write it as a string")  # noqa: TRY004 - pydantic reports ValueError
+    # YAML gives `cpu: 1` as an int; the API takes int-or-string (x-kubernetes-int-or-string:
+    # a JSON integer or a string, nothing else); the RuntimeClass wants text.
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | str)
+        or (isinstance(value, int) and value > INT64_MAX)
+    ):
+        raise ValueError(
+            f"{value!r:.80} is not a Kubernetes quantity: write a string such as 250m, 1 or "
+            "512Mi, or an integer up to 2^63-1"
+        )
     parse_quantity(value)  # QuantityError (a ValueError) says why not, the value bounded
     return str(value)
 
@@ -111,7 +139,11 @@ Quantity = Annotated[
             "anyOf": [{"type": "integer"}, {"type": "string"}],
             "pattern": QUANTITY_PATTERN,
             "maxLength": MAX_QUANTITY_TEXT,
-            "minimum": 0,
+            # The pattern applies to strings only; an integer is checked here (and a number
+            # such as 1.0 fails here, as the model refuses it).
+            "x-kubernetes-validations": [
+                {"rule": "type(self) == string || self >= 0", "message": "must not be negative"}
+            ],
         }
     ),
 ]
@@ -134,14 +166,37 @@ def cel(rule: str, message: str, field_path: str | None = None) -> JsonDict:
 
 
 class _Model(BaseModel):
+    # strict: a number is a JSON number and a boolean a JSON boolean, as the API server's
+    # schema has them; "4096", "yes" or 2.0 are refused, not coerced.
     model_config = ConfigDict(
         alias_generator=to_camel,
         populate_by_name=True,
         extra="forbid",
         frozen=True,
+        strict=True,
         use_attribute_docstrings=True,
         validate_default=False,
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        # The API server drops a null given for a field its schema declares (no field is
+        # nullable) before it validates, so null means absent (apiextensions-apiserver
+        # v0.35.4 pkg/apiserver/schema/defaulting/prunenulls.go). An unknown key stays, null
+        # or not: the server refuses it too (strict field validation, as kubectl sends).
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        known = set(fields) | {info.alias for info in fields.values() if info.alias}
+        return {key: value for key, value in data.items() if value is not None or key not in known}
+
+
+def without_nulls(value: Any) -> Any:
+    """A map with its null values dropped, as the API server prunes them."""
+    if isinstance(value, dict):
+        return {key: item for key, item in value.items() if item is not None}
+    return value
 
 
 # spec.sandbox.image was removed: it rendered the runhcs option SandboxImage, which no
@@ -172,7 +227,12 @@ def _sandbox_schema(schema: JsonDict) -> None:
     }
     schema["x-kubernetes-validations"] = [
         cel("!has(self.image)", f"spec.sandbox.image {SANDBOX_IMAGE_REMOVED}", ".image"),
-        cel("self.platform == 'windows/amd64'", f"{ARM64_REFUSED}", ".platform"),
+        # The server applies no defaults: a sandbox without platform is windows/amd64.
+        cel(
+            "!has(self.platform) || self.platform == 'windows/amd64'",
+            f"{ARM64_REFUSED}",
+            ".platform",
+        ),
     ]
 
 
@@ -187,7 +247,9 @@ class SandboxSpec(_Model):
     @classmethod
     def _removed_image(cls, data: Any) -> Any:
         if isinstance(data, dict) and "image" in data:
-            raise FieldError("image", SANDBOX_IMAGE_REMOVED)
+            if data["image"] is not None:
+                raise FieldError("image", SANDBOX_IMAGE_REMOVED)
+            data = {key: value for key, value in data.items() if key != "image"}  # null: absent
         return data
 
     @field_validator("platform", mode="before")
@@ -380,6 +442,21 @@ class OverheadSpec(_Model):
         return self
 
 
+# Label keys and values as the API server can check them (the model checks them with
+# qualified_name_problem and label_value_problem, whose messages say more).
+_SHORT_LABEL_PREFIX = cel(
+    f"!self.matches('{QUALIFIED_NAME_LONG_PREFIX}')",
+    f"the prefix of a label key (before '/') is at most {DNS1123_SUBDOMAIN_MAX} characters",
+)
+LabelValue = Annotated[
+    str,
+    StringConstraints(max_length=DNS1123_LABEL_MAX),
+    WithJsonSchema(
+        {"type": "string", "maxLength": DNS1123_LABEL_MAX, "pattern": LABEL_VALUE_PATTERN}
+    ),
+]
+
+
 class Toleration(_Model):
     """A toleration added to pods of this RuntimeClass (core/v1 Toleration)."""
 
@@ -396,19 +473,39 @@ class Toleration(_Model):
                     "&& self.effect == 'NoExecute')",
                     "tolerationSeconds is only allowed with effect NoExecute",
                 ),
+                cel(
+                    "(has(self.key) && self.key != '') || "
+                    "(has(self.operator) && self.operator == 'Exists')",
+                    "an empty key needs operator Exists (tolerate all)",
+                    ".operator",
+                ),
             ]
         }
     )
 
-    key: Annotated[str, StringConstraints(max_length=316)] | None = None
+    key: (
+        Annotated[
+            str,
+            StringConstraints(max_length=316),
+            WithJsonSchema(
+                {
+                    "type": "string",
+                    "maxLength": 316,
+                    "pattern": f"^({QUALIFIED_NAME_PATTERN[1:-1]})?$",  # or empty
+                    "x-kubernetes-validations": [_SHORT_LABEL_PREFIX],
+                }
+            ),
+        ]
+        | None
+    ) = None
     """Taint key; empty with operator Exists tolerates every taint."""
     operator: Literal["Exists", "Equal"] | None = None
     """Equal (the default) or Exists."""
-    value: Annotated[str, StringConstraints(max_length=63)] | None = None
+    value: LabelValue | None = None
     """Taint value to match with operator Equal."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     """Taint effect to match; empty matches all effects."""
-    toleration_seconds: int | None = None
+    toleration_seconds: Int64 | None = None
     """With effect NoExecute: how long the pod stays after the taint appears."""
 
     @model_validator(mode="after")
@@ -433,14 +530,55 @@ class Toleration(_Model):
         return self.model_dump(by_alias=True, exclude_none=True)
 
 
+def _check_label_key(key: str) -> None:
+    problem = qualified_name_problem(key)
+    if problem:
+        raise FieldError(f"[{key}]", f"invalid label key: {problem}")
+
+
+def _check_label_value(key: str, label: str) -> None:
+    problem = label_value_problem(label)
+    if problem:
+        raise FieldError(f"[{key}]", f"{label!r:.80}: {problem}")
+
+
+def _node_selector_rules() -> list[JsonDict]:
+    """The CRD's twin of SchedulingSpec._labels and of the arch check of the spec."""
+    arch = DEFAULT_PLATFORM.split("/", 1)[1]
+    return [
+        cel(
+            f"self.all(k, k.matches('{QUALIFIED_NAME_PATTERN}') && "
+            f"!k.matches('{QUALIFIED_NAME_LONG_PREFIX}'))",
+            "a key is not a valid label key: [prefix/]name, a lowercase DNS subdomain of at "
+            f"most {DNS1123_SUBDOMAIN_MAX} characters before the '/', 1-63 letters, digits, "
+            "'-', '_' or '.' after it, starting and ending with a letter or digit",
+        ),
+        cel(
+            f"!self.exists(k, k.startsWith('{READY_LABEL_PREFIX}'))",
+            f"labels under {READY_LABEL_PREFIX} are managed by wcow-runtime; use "
+            "requireReadyLabel instead",
+        ),
+        cel(
+            f"!('{OS_LABEL}' in self) || self['{OS_LABEL}'] == 'windows'",
+            f"{OS_LABEL} must be 'windows' (or omitted)",
+        ),
+        cel(
+            f"!('{ARCH_LABEL}' in self) || self['{ARCH_LABEL}'] == '{arch}'",
+            f"{ARCH_LABEL} must be '{arch}' (or omitted): it contradicts sandbox.platform "
+            f"{DEFAULT_PLATFORM}",
+        ),
+    ]
+
+
 class SchedulingSpec(_Model):
     node_selector: (
         Annotated[
-            dict[
-                Annotated[str, StringConstraints(max_length=316)],
-                Annotated[str, StringConstraints(max_length=63)],
-            ],
-            Field(max_length=MAX_LIST),
+            dict[str, LabelValue],
+            Field(
+                max_length=MAX_LIST,
+                json_schema_extra={"x-kubernetes-validations": _node_selector_rules()},
+            ),
+            BeforeValidator(without_nulls),
         ]
         | None
     ) = None
@@ -458,9 +596,7 @@ class SchedulingSpec(_Model):
     @classmethod
     def _labels(cls, value: dict[str, str] | None) -> dict[str, str] | None:
         for key, label in (value or {}).items():
-            problem = qualified_name_problem(key)
-            if problem:
-                raise FieldError(f"[{key}]", f"invalid label key: {problem}")
+            _check_label_key(key)
             if key.startswith(READY_LABEL_PREFIX):
                 raise FieldError(
                     f"[{key}]",
@@ -469,9 +605,7 @@ class SchedulingSpec(_Model):
                 )
             if key == OS_LABEL and label != "windows":
                 raise FieldError(f"[{key}]", f"must be 'windows' (or omitted), not {label!r}")
-            problem = label_value_problem(label)
-            if problem:
-                raise FieldError(f"[{key}]", f"{label!r}: {problem}")
+            _check_label_value(key, label)
         return value
 
 
@@ -482,7 +616,28 @@ def _annotation_pattern(pattern: str) -> str:
     return pattern
 
 
-AnnotationPattern = Annotated[FreeText, AfterValidator(_annotation_pattern)]
+# pattern_problem on the API server: exact for globs with no '[' and no '\\' (see
+# annotation_patterns.PLAIN_GLOB_PATTERN); others are the operator's to judge.
+_PLAIN_GLOB_RULE = cel(
+    "self.contains('[') || self.contains('\\\\') || "
+    f"(self.matches('{PLAIN_GLOB_PATTERN}') && !self.matches('{PLAIN_GLOB_NAME_TOO_LONG}') "
+    f"&& !self.matches('{PLAIN_GLOB_PREFIX_TOO_LONG}'))",
+    "the pattern can match no annotation key: keys are [prefix/]name, the prefix a DNS "
+    f"subdomain of at most {PREFIX_MAX} characters, the name 1-{NAME_MAX} letters, digits, "
+    "'-', '_' or '.', starting and ending with a letter or digit ('*' and '?' stand for any)",
+)
+AnnotationPattern = Annotated[
+    FreeText,
+    AfterValidator(_annotation_pattern),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_STRING,
+            "x-kubernetes-validations": [_PLAIN_GLOB_RULE],
+        }
+    ),
+]
 # The part of pattern_problem the API server can check cheaply: at most one '/'.
 _ONE_SLASH = "!{0}.exists(p, p.matches('/.*/'))"
 _ONE_SLASH_MESSAGE = (
@@ -551,6 +706,65 @@ def _runtime_path(value: str) -> str:
     return value
 
 
+# The runhcs options a profile may set through spec.containerd.options (those without a
+# refusal in runhcs_options), each described for the CRD. The CRD declares them with their
+# types, so the API server refuses the others as unknown fields (kubectl's strict field
+# validation) or drops them, as it does for every misspelt field; the model refuses them,
+# saying what to write instead.
+_OPTION_DESCRIPTIONS = {
+    "NCProxyAddr": "Named pipe of the network configuration proxy, ncproxy, on the node: "
+    "\\\\.\\pipe\\NAME (runhcs option NCProxyAddr), passed on as an annotation when a pod "
+    "sets none.",
+    "DefaultContainerAnnotations": "Annotations added to every container of the handler that "
+    "does not carry them (runhcs option DefaultContainerAnnotations). Not the HostProcess "
+    "family, not what spec.vm sets (processor count, limit and weight, memory size and "
+    "backing, time zone), not host paths or ncproxy: those would act on every pod whatever "
+    "the admission webhook allows.",
+    "ScrubLogs": "Scrub the shim's logs (runhcs option ScrubLogs); see options.",
+}
+_OPTION_TYPES: dict[type, JsonDict] = {
+    bool: {"type": "boolean"},
+    str: {"type": "string"},
+    dict: {"type": "object", "additionalProperties": {"type": "string"}},
+}
+
+
+def _options_schema() -> JsonDict:
+    allowed = sorted(
+        name for name, spec in runhcs_options.RUNHCS_OPTIONS.items() if spec.refusal is None
+    )
+    assert allowed == sorted(_OPTION_DESCRIPTIONS), "describe every option a profile may set"
+    properties: JsonDict = {
+        name: {
+            **_OPTION_TYPES[runhcs_options.RUNHCS_OPTIONS[name].kind],
+            "description": _OPTION_DESCRIPTIONS[name],
+            **_OPTION_TWINS.get(name, {}),
+        }
+        for name in allowed
+    }
+    return {"type": "object", "properties": properties}
+
+
+def _default_annotations_rule() -> JsonDict:
+    """The CRD's twin of runhcs_options.default_annotations_problem: no key that the
+    catalogue refuses as a default for every pod (exact keys, as hcsshim reads them)."""
+    refused = ", ".join(f"'{key}'" for key in refused_default_keys())
+    return cel(
+        f"self.all(k, !k.startsWith('{HOST_PROCESS_PREFIX}') && !(k in [{refused}]))",
+        "sets an annotation a profile may not add to every pod: the HostProcess family, "
+        "what spec.vm sets (use its fields), host paths and ncproxy (wcow validate names the "
+        "key and why)",
+    )
+
+
+# Server-side twins of the option checks in runhcs_options, so the API server refuses what
+# the model refuses.
+_OPTION_TWINS: dict[str, JsonDict] = {
+    "NCProxyAddr": {"pattern": runhcs_options.NCPROXY_PIPE_PATTERN},
+    "DefaultContainerAnnotations": {"x-kubernetes-validations": [_default_annotations_rule()]},
+}
+
+
 class ContainerdSpec(_Model):
     runtime_type: Annotated[Literal["io.containerd.runhcs.v1"], BeforeValidator(_runtime_type)] = (
         DEFAULT_RUNTIME_TYPE
@@ -578,19 +792,14 @@ class ContainerdSpec(_Model):
     io_retry_timeout_seconds: Annotated[int, Field(ge=0, le=86400)] | None = None
     """How long shims retry their stdio pipes while containerd restarts (runhcs option
     IoRetryTimeoutInSec); 0 retries forever, which is hcsshim's default."""
-    options: (
-        Annotated[
-            dict[str, Any],
-            WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
-        ]
-        | None
-    ) = None
+    options: Annotated[dict[str, Any], WithJsonSchema(_options_schema())] | None = None
     """Further runhcs options by their exact Go field name (NCProxyAddr, ScrubLogs,
-    DefaultContainerAnnotations, BootFilesRootPath). Unknown or misspelt names are refused
-    (containerd would silently ignore them), and so are other casings (containerd 2.x
-    decodes any casing, 1.x only lower-first and lowercase, so they would act on some nodes
-    only). ScrubLogs is written only when set. Unset: shims of hcsshim up to v0.15.0-rc.1
-    do not scrub their logs, v0.15.0-rc.2 and later do. true: scrubbing on (containerd 1.7+;
+    DefaultContainerAnnotations). Unknown or misspelt names are unknown
+    fields, refused by wcow validate and by kubectl apply (containerd would silently ignore
+    them), and so are other casings (containerd 2.x decodes any casing, 1.x only
+    lower-first and lowercase, so they would act on some nodes only). ScrubLogs is written
+    only when set. Unset: shims of hcsshim up to v0.15.0-rc.1 do not scrub their logs,
+    v0.15.0-rc.2 and later do. true: scrubbing on (containerd 1.7+;
     1.6 drops the key). false: off, but a v0.15.0-rc.2+ shim sees it only when containerd's
     own hcsshim has the optional field (containerd 2.4+)."""
 
@@ -601,6 +810,10 @@ class ContainerdSpec(_Model):
             return None
         checked: dict[str, Any] = {}
         for key, option in value.items():
+            if key in _OPTION_DESCRIPTIONS and option is None:
+                continue  # a declared field: the API server drops its null
+            if key in _OPTION_DESCRIPTIONS and isinstance(option, dict):
+                option = without_nulls(option)  # noqa: PLW2901 - the map as the server keeps it
             try:
                 checked[key] = runhcs_options.check_option(key, option)
             except ValueError as error:
@@ -693,6 +906,32 @@ class RolloutSpec(_Model):
         return value
 
 
+def _build_pin_rule() -> JsonDict:
+    """The CRD's twin of the windows-build pin check of WindowsRuntimeProfileSpec: the label
+    value a windowsBuild stands for, from the same catalog (any spelling the pattern allows)."""
+    aliases = sorted(
+        {(name, build) for name, build in BUILD_ALIASES.items()}
+        | {(name.lower(), build) for name, build in BUILD_ALIASES.items()}
+    )
+    label_of = ", ".join(f"'{name}': '10.0.{build}'" for name, build in aliases)
+    selector = "self.scheduling.nodeSelector"
+    pinned = (
+        "self.isolation == 'Process' && has(self.windowsBuild) && has(self.scheduling) && "
+        f"has({selector}) && '{WINDOWS_BUILD_LABEL}' in {selector} && "
+        "has(self.scheduling.requireReadyLabel) && !self.scheduling.requireReadyLabel"
+    )
+    wanted = f"(self.windowsBuild.startsWith('10.0.') ? self.windowsBuild : {{{label_of}}}[self.windowsBuild])"  # noqa: E501
+    return cel(
+        f"!({pinned}) || {selector}['{WINDOWS_BUILD_LABEL}'] == {wanted}",
+        f"scheduling.nodeSelector[{WINDOWS_BUILD_LABEL}] contradicts windowsBuild (with "
+        "requireReadyLabel false a Process profile selects its windowsBuild's nodes itself)",
+        ".scheduling.nodeSelector",
+    )
+
+
+_BUILD_PIN_RULE = _build_pin_rule()
+
+
 class WindowsRuntimeProfileSpec(_Model):
     """The desired Windows runtime: one containerd handler and its RuntimeClass."""
 
@@ -715,6 +954,7 @@ class WindowsRuntimeProfileSpec(_Model):
                     "overhead policies Baseline and WholeVM need isolation HyperV",
                     ".overhead.policy",
                 ),
+                _BUILD_PIN_RULE,
             ]
         }
     )
@@ -910,14 +1150,44 @@ class WindowsRuntimeProfileStatus(_Model):
     """Progress of the last plan change that touched this profile's handler."""
 
 
+def _null_strings_empty(value: Any) -> Any:
+    # ObjectMeta is a Go struct on the server: a null label or annotation value decodes as "".
+    if isinstance(value, dict):
+        return {key: "" if item is None else item for key, item in value.items()}
+    return value
+
+
+StringMap = Annotated[dict[str, str], BeforeValidator(_null_strings_empty)]
+
+
 class ObjectMeta(_Model):
-    """The parts of metadata the renderers use; everything else is ignored."""
+    """The parts of metadata the renderers use, and labels and annotations checked as the
+    API server checks them. Other fields are ignored: metadata is the API server's, and it
+    gains fields over releases."""
 
     model_config = ConfigDict(extra="ignore")
 
     name: str
     generation: int | None = None
     uid: str | None = None
+    labels: StringMap | None = None
+    annotations: StringMap | None = None
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for key, label in (value or {}).items():
+            _check_label_key(key)
+            _check_label_value(key, label)
+        return value
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotations(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        problem = metadata_annotations_problem(value or {})
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("name")
     @classmethod

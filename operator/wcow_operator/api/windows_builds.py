@@ -64,9 +64,12 @@ OLDEST_BUILD = 14393
 WINDOWS_VERSION_PATTERN = r"^10\.0\.([0-9]{5})$"
 _VERSION_RE = re.compile(WINDOWS_VERSION_PATTERN)
 
-# The same grammar as an ECMA regex for the CRD's OpenAPI schema (no inline flags there).
+# The same grammar as an ECMA regex for the CRD's OpenAPI schema (no inline flags there):
+# 10.0.<build> from OLDEST_BUILD (14393) up, so the API server refuses older builds as
+# parse_windows_build does.
+_BUILD_FROM_OLDEST = r"(1439[3-9]|14[4-9][0-9]{2}|1[5-9][0-9]{3}|[2-9][0-9]{4})"
 WINDOWS_BUILD_PATTERN = (
-    r"^(10\.0\.[0-9]{5}|"
+    rf"^(10\.0\.{_BUILD_FROM_OLDEST}|"
     + "|".join(sorted({a for alias in BUILD_ALIASES for a in (alias, alias.lower())}))
     + ")$"
 )
