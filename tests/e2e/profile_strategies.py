@@ -149,7 +149,10 @@ quantities = field(
     st.sampled_from(["100m", "512Mi", "1", "0", "1.5", ".5", "5.", "+1", "1e3", "1E-3", "2Gi"])
     | st.sampled_from([0, 1, 8, 2**53 + 1, INT64_MAX]),
     st.sampled_from(["-1", "1ki", "1 ", "1.2.3", "m", "", "1Mb", "0x10", "1e", "Inf", "1.5e"])
-    | st.sampled_from([-1, 0.5, 1.0, 2**63, 10**30]),
+    | st.sampled_from([-1, 0.5, 1.0, 2**63, 10**30])
+    # Past 2^63-1 (the server stores them; the operator refuses them, see the test) and
+    # past the length bound.
+    | st.sampled_from(["1e20000000", "1e999999999", "10E", "9223372036854775808", "1" * 65]),
 )
 
 annotation_patterns = lists(
@@ -175,10 +178,20 @@ _ALLOWED_OPTIONS = sorted(
 _REFUSED_OPTIONS = sorted(set(runhcs_options.RUNHCS_OPTIONS) - set(_ALLOWED_OPTIONS))
 _OPTION_VALUES = {
     "BootFilesRootPath": strings(1024, ["C:\\ContainerPlatform"]),
-    "NCProxyAddr": strings(1024, ["\\\\.\\pipe\\ncproxy"]),
+    "NCProxyAddr": field(
+        st.sampled_from(["\\\\.\\pipe\\ncproxy", "\\\\.\\pipe\\ncproxy-ttrpc"]),
+        st.sampled_from(["\\\\server\\pipe\\ncproxy", "C:\\ncproxy", "\\\\.\\pipe\\", "a" * 1024]),
+    ),
     "ScrubLogs": booleans(),
     "DefaultContainerAnnotations": maps(
-        st.sampled_from(["io.microsoft.virtualmachine.computetopology.processor.limit", "x"]),
+        st.sampled_from(
+            [
+                *("io.microsoft.virtualmachine.computetopology.processor.limit", "x"),
+                *("microsoft.com/hostprocess-inherit-user", "microsoft.com/hostprocess-x"),
+                *("Microsoft.com/hostprocess-inherit-user", "io.microsoft.wcow.processdumptype"),
+                "io.microsoft.virtualmachine.kerneldrivers",
+            ]
+        ),
         field(st.sampled_from(["50000", ""]), HOSTILE),
     ),
 }

@@ -7,11 +7,15 @@ validation as `kubectl apply` sends it, and through the model as `wcow validate`
 prints the profile and both verdicts: either a GitOps pipeline goes green on `wcow validate`
 and then `kubectl apply` fails, or the server stores what the operator will refuse.
 
-One kind of refusal is the operator's alone, and only that kind is let through: an
-annotation glob with a character class or an escape ('[', '\\') that no annotation key can
-match. Whether one can is a search through the glob (wcow_operator/api/annotation_patterns.py)
-that no regular expression of a reasonable size decides, so the CRD checks the globs without
-either exactly and leaves these to the operator, which refuses the profile (Valid=False).
+Two kinds of refusal are the operator's alone, and only those are let through:
+- an annotation glob with a character class or an escape ('[', '\\') that no annotation key
+  can match. Whether one can is a search through the glob
+  (wcow_operator/api/annotation_patterns.py) that no regular expression of a reasonable size
+  decides, so the CRD checks the globs without either exactly;
+- an overhead quantity above 2^63-1 (``1e20000000``, ``10E``): the CRD's pattern and length
+  bound apply, but a value bound needs CEL's quantity library, which CRD rules on the oldest
+  supported Kubernetes (1.28) lack.
+The operator refuses both (Valid=False, naming the field and the value).
 
 The seed is fixed and nothing is remembered between runs, so every run sends the same
 profiles.
@@ -34,6 +38,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.e2e.operator_harness import GROUP, PLURAL, VERSION, installed_crd
 from tests.e2e.profile_strategies import profiles
 from wcow_operator.api.errors import ProfileInvalidError, parse_profile
+from wcow_operator.api.quantity import QuantityError, parse_quantity
 from wcow_operator.render.bundle import render_all
 
 pytestmark = pytest.mark.e2e
@@ -86,17 +91,36 @@ def model_verdict(document: dict[str, Any]) -> Verdict:
 
 
 def _operator_only(server: Verdict, model: Verdict) -> bool:
-    """The one refusal the server cannot make: an unmatchable glob with '[' or '\\'."""
+    """The two refusals the server cannot make: an unmatchable glob with '[' or '\\', and a
+    quantity above 2^63-1."""
     return (
         server.accepted
         and bool(model.problems)
         and all(
-            field.startswith(("spec.annotations.pod[", "spec.annotations.container["))
-            and isinstance(value, str)
-            and ("[" in value or "\\" in value)
+            _unmatchable_glob(field, value) or _huge_quantity(field, value)
             for field, value in model.problems
         )
     )
+
+
+def _unmatchable_glob(field: str, value: object) -> bool:
+    return (
+        field.startswith(("spec.annotations.pod[", "spec.annotations.container["))
+        and isinstance(value, str)
+        and ("[" in value or "\\" in value)
+    )
+
+
+def _huge_quantity(field: str, value: object) -> bool:
+    """A quantity the server's schema cannot bound (no quantity library in CRD rules on
+    1.28) and the operator refuses: its value is above 2^63-1."""
+    if not field.startswith("spec.overhead.podFixed."):
+        return False
+    try:
+        parse_quantity(value)
+    except QuantityError as error:
+        return "above 2^63-1" in str(error)
+    return False
 
 
 def _report(document: dict[str, Any], server: Verdict, model: Verdict) -> str:

@@ -65,9 +65,16 @@ def ncproxy_problem(value: str) -> str | None:
     )
 
 
+# At most this many DefaultContainerAnnotations: the CRD's twin rule walks every key, and the
+# API server refuses a rule whose estimated cost an unbounded map makes too high.
+MAX_DEFAULT_ANNOTATIONS = 32
+
+
 def default_annotations_problem(annotations: dict[str, str]) -> str | None:
     """Keys that move the security boundary or a bound the project enforces are refused,
     each with the field to use instead (the catalogue in ``hcs_annotations``)."""
+    if len(annotations) > MAX_DEFAULT_ANNOTATIONS:
+        return f"has {len(annotations)} annotations: at most {MAX_DEFAULT_ANNOTATIONS}"
     for key in sorted(annotations):
         why = default_refusal(key)
         if why is None:

@@ -761,7 +761,10 @@ def _default_annotations_rule() -> JsonDict:
 # the model refuses.
 _OPTION_TWINS: dict[str, JsonDict] = {
     "NCProxyAddr": {"pattern": runhcs_options.NCPROXY_PIPE_PATTERN},
-    "DefaultContainerAnnotations": {"x-kubernetes-validations": [_default_annotations_rule()]},
+    "DefaultContainerAnnotations": {
+        "maxProperties": runhcs_options.MAX_DEFAULT_ANNOTATIONS,
+        "x-kubernetes-validations": [_default_annotations_rule()],
+    },
 }
 
 
