@@ -14,10 +14,16 @@ import yaml
 from deploy.generate import NAMESPACE, RELEASE
 
 from tests.conftest import profile_document
+from tests.controller.fake_api import FakeApi, RelistingCache
 from tests.delivery.helpers import find, render
 from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_operator.api.errors import parse_profile
-from wcow_operator.api.rollout import ROLLOUT_CONFIGMAP
+from wcow_operator.api.rollout import RESUME_ANNOTATION, ROLLOUT_CONFIGMAP
+from wcow_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
+from wcow_operator.controller.controller import Controller
+from wcow_operator.controller.metrics import Metrics
+from wcow_operator.reconcile.core import ReconcileSettings
+from wcow_operator.reconcile.model import FINALIZER
 from wcow_operator.render.plan import PLAN_CONFIGMAP, plan_config_map
 from wcow_operator.render.runtimeclass import render_runtime_class
 from wcow_operator.render.webhooks import Endpoint, OwnerReference, webhook_configuration
@@ -57,7 +63,8 @@ def evaluate_policy(
 ) -> tuple[bool, list[str]]:
     """(allowed, messages): ``policy`` evaluated as the API server does, with cel-python
     (``request`` is the AdmissionRequest's fields the policies read). An expression that
-    cannot be evaluated refuses, as it does under failurePolicy Fail."""
+    cannot be evaluated refuses, as it does under failurePolicy Fail. A refusal's message is
+    its messageExpression's value, else its message."""
     spec = policy["spec"]
     env = celpy.Environment()
     activation: dict[str, Any] = {
@@ -68,7 +75,8 @@ def evaluate_policy(
     }
 
     def evaluate(expression: str) -> Any:
-        result = env.program(env.compile(expression)).evaluate(activation)
+        program = env.program(env.compile(expression), functions={"join": _join})
+        result = program.evaluate(activation)
         if isinstance(result, celpy.CELEvalError):
             raise result
         return result
@@ -82,13 +90,19 @@ def evaluate_policy(
             variables[variable["name"]] = evaluate(variable["expression"])
         activation["variables"] = _as_cel(variables)
         failed = [
-            v.get("message") or v["messageExpression"]
+            str(evaluate(v["messageExpression"])) if "messageExpression" in v else v["message"]
             for v in spec["validations"]
             if not bool(evaluate(v["expression"]))
         ]
     except celpy.CELEvalError as error:
         return False, [f"evaluation error: {error.args[0] if error.args else error}"]
     return not failed, failed
+
+
+def _join(items: Any, separator: Any = "") -> Any:
+    """``list.join(separator)`` of the Kubernetes CEL strings library (cel-go ext.Strings),
+    which cel-python does not have."""
+    return celpy.celtypes.StringType(str(separator).join(str(item) for item in items))
 
 
 def _as_cel(variables: dict[str, Any]) -> Any:
@@ -857,3 +871,179 @@ def test_neither_posts_events_elsewhere(
 def test_the_events_guard_leaves_others_alone() -> None:
     event = _event("Pod", "web-0", "tenant-a")
     assert event_guard("system:node:win-1", event) == (True, ["not matched"])
+
+
+# ---- the operator's profiles (a stolen token may not rewrite them) ----
+
+PROFILE_POLICY = f"{RELEASE}-operator-profile-guard"
+FOREIGN_FINALIZER = "example.com/hold"
+
+
+def _stored_profile() -> dict[str, Any]:
+    """A profile as the API server stores it: others' labels, annotations and finalizer, the
+    fields the server sets, and a status."""
+    document = profile_document("hv", vm={"processorCount": 2, "memoryMB": 4096})
+    document["metadata"].update(
+        uid="5e1f-uid",
+        resourceVersion="4711",
+        generation=3,
+        creationTimestamp="2026-03-01T00:00:00Z",
+        labels={"team": "windows"},
+        annotations={"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+        finalizers=[FOREIGN_FINALIZER],
+        managedFields=[{"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1"}],
+    )
+    document["status"] = {"observedGeneration": 3}
+    return document
+
+
+class _RecordingApi(FakeApi):
+    """The controller's fake API, keeping each profile patch as admission sees it: the stored
+    profile before and after."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.profile_updates: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    def patch_profile(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        before = copy.deepcopy(self.profiles[name])
+        patched = super().patch_profile(name, patch)
+        self.profile_updates.append((before, copy.deepcopy(self.profiles.get(name, patched))))
+        return patched
+
+
+def profile_guard(
+    new: dict[str, Any], old: dict[str, Any], user: str = OPERATOR_USER
+) -> tuple[bool, list[str]]:
+    request = {
+        "operation": "UPDATE",
+        "userInfo": {"username": user, "groups": ["system:serviceaccounts"]},
+        "resource": {"group": GROUP, "version": VERSION, "resource": PLURAL},
+    }
+    return evaluate_policy(_policy(PROFILE_POLICY), request, new, old)
+
+
+def _finalizers(profile: dict[str, Any]) -> list[str]:
+    return list(profile["metadata"].get("finalizers") or [])
+
+
+def test_the_operator_may_add_and_remove_its_finalizer() -> None:
+    """What the real controller sends (a merge patch of metadata.finalizers) when a profile
+    appears and when it is deleted passes, and keeps the other finalizer."""
+    api = _RecordingApi()
+    api.apply_profile(_stored_profile())
+    controller = Controller(
+        api, RelistingCache(api, NAMESPACE), ReconcileSettings(namespace=NAMESPACE), Metrics()
+    )
+    controller.run_pass()
+    api.delete_profile("hv")
+    controller.run_pass()
+    assert [(_finalizers(old), _finalizers(new)) for old, new in api.profile_updates] == [
+        ([FOREIGN_FINALIZER], [FOREIGN_FINALIZER, FINALIZER]),
+        ([FOREIGN_FINALIZER, FINALIZER], [FOREIGN_FINALIZER]),
+    ]
+    for old, new in api.profile_updates:
+        assert profile_guard(new, old) == (True, [])
+
+
+def test_what_the_server_sets_is_not_compared() -> None:
+    old = _stored_profile()
+    new = copy.deepcopy(old)
+    new["metadata"]["finalizers"] = [FINALIZER, FOREIGN_FINALIZER]  # at the front, too
+    new["metadata"]["managedFields"].append(
+        {"manager": "wcow-operator", "operation": "Update", "fieldsType": "FieldsV1"}
+    )
+    new["metadata"]["resourceVersion"] = "4712"
+    assert profile_guard(new, old) == (True, [])
+    assert profile_guard(old, new) == (True, [])
+
+
+def _edited(**edits: Any) -> dict[str, Any]:
+    """The stored profile with ``edits`` (``metadata__labels=...``: a path; None removes)."""
+    return changed(_stored_profile(), **edits)
+
+
+def _with_ours(profile: dict[str, Any]) -> dict[str, Any]:
+    profile["metadata"]["finalizers"] = [*_finalizers(profile), FINALIZER]
+    return profile
+
+
+_ANNOTATIONS = _stored_profile()["metadata"]["annotations"]
+PROFILE_ATTACKS: dict[str, tuple[dict[str, Any], str]] = {
+    # (the profile after the request, what the refusal names)
+    "largest-vm": (_edited(spec__vm={"maxProcessorCount": 240, "maxMemoryMB": 1048576}), "spec"),
+    "spec-with-the-finalizer": (
+        _with_ours(_edited(spec__handler="runhcs-wcow-hypervisor")),
+        "spec",
+    ),
+    "rollout-all-at-once": (_edited(spec__rollout={"maxUnavailable": "100%"}), "spec"),
+    "resume-a-halted-rollout": (
+        _edited(metadata__annotations={**_ANNOTATIONS, RESUME_ANNOTATION: "1767225600"}),
+        "annotations",
+    ),
+    "drop-annotations": (_edited(metadata__annotations=None), "annotations"),
+    "relabel": (_edited(metadata__labels={"team": "someone-else"}), "labels"),
+    "add-a-label": (
+        _edited(metadata__labels={"team": "windows", "runtime.wcow.dev/x": "y"}),
+        "labels",
+    ),
+    "owner": (
+        _edited(
+            metadata__ownerReferences=[
+                {"apiVersion": "v1", "kind": "Namespace", "name": "tenant-a", "uid": "u"}
+            ]
+        ),
+        "ownerReferences",
+    ),
+    "another-finalizer": (
+        _edited(metadata__finalizers=[FOREIGN_FINALIZER, "example.com/never"]),
+        "other finalizers",
+    ),
+    "drop-someone-elses-finalizer": (_edited(metadata__finalizers=[FINALIZER]), "other finalizers"),
+}
+
+
+@pytest.mark.parametrize(("new", "what"), PROFILE_ATTACKS.values(), ids=PROFILE_ATTACKS.keys())
+def test_a_stolen_operator_token_cannot_rewrite_profiles(new: dict[str, Any], what: str) -> None:
+    allowed, messages = profile_guard(new, _stored_profile())
+    assert not allowed
+    assert messages == [
+        f"the wcow operator may only add or remove its finalizer {FINALIZER} on a "
+        f"WindowsRuntimeProfile, not change its {what}"
+    ]
+
+
+def test_the_profile_guard_names_every_change() -> None:
+    new = _edited(spec__handler="x", metadata__labels=None, metadata__annotations=None)
+    assert profile_guard(new, _stored_profile())[1][0].endswith("spec, labels, annotations")
+
+
+def test_the_profile_guard_leaves_admins_and_authors_alone() -> None:
+    new, old = PROFILE_ATTACKS["largest-vm"][0], _stored_profile()
+    for user in (
+        "kubernetes-admin",
+        "system:serviceaccount:argocd:argocd-application-controller",
+        AGENT_USER,
+        f"system:serviceaccount:{NAMESPACE}:evil-{RELEASE}-operator",
+    ):
+        assert profile_guard(new, old, user=user) == (True, ["not matched"])
+    elsewhere = f"system:serviceaccount:windows-runtime:{RELEASE}-operator"
+    assert not profile_guard(new, old, user=elsewhere)[0]
+
+
+def test_the_profile_guard_sees_profile_updates_only() -> None:
+    """UPDATE of the main resource: the status subresource (patch-status) is not matched."""
+    objects = render()
+    policy = find(objects, "ValidatingAdmissionPolicy", PROFILE_POLICY)
+    binding = find(objects, "ValidatingAdmissionPolicyBinding", PROFILE_POLICY)
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert binding["spec"]["policyName"] == PROFILE_POLICY
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert policy["spec"]["matchConstraints"]["resourceRules"] == [
+        {
+            "apiGroups": [GROUP],
+            "apiVersions": ["*"],
+            "operations": ["UPDATE"],
+            "resources": [PLURAL],
+        }
+    ]

@@ -184,13 +184,42 @@ def test_defaults_install_the_operator_the_agent_and_their_guard() -> None:
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
             # two operator replicas by default: a PodDisruptionBudget keeps one
             "PodDisruptionBudget",
-            # the policies that hold the operator to its own RuntimeClasses, the plan to the
-            # operator, and both programs' events to default and their own objects
+            # the policies that hold the operator to its own RuntimeClasses and to its
+            # finalizer on profiles, the plan to the operator, and both programs' events to
+            # default and their own objects
+            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
         ]
     )  # fmt: skip
+
+
+GUARDS = {
+    f"{AGENT}-node-self-patch",
+    f"{OPERATOR}-webhook-guard",
+    f"{OPERATOR}-runtimeclass-guard",
+    f"{OPERATOR}-profile-guard",
+    f"{RELEASE}-plan-writers",
+    f"{RELEASE}-events",
+}
+
+
+@pytest.mark.parametrize(
+    ("case", "without"),
+    [
+        ("defaults", set()),
+        ("operator-only", {f"{AGENT}-node-self-patch"}),
+        ("no-webhook", {f"{OPERATOR}-webhook-guard"}),
+        ("no-admission-policy", GUARDS),
+    ],
+)
+def test_each_part_brings_its_guards(case: str, without: set[str]) -> None:
+    """Each policy with its binding, and the operator's (profiles, RuntimeClasses, plan,
+    events) whenever the policies are on."""
+    objects = render(MATRIX.get(case, {}))
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        assert {o["metadata"]["name"] for o in objects if o["kind"] == kind} == GUARDS - without
 
 
 def test_one_resource_per_template() -> None:

@@ -1,8 +1,9 @@
 """The chart's guards against a stolen operator token, on the real API server (issue 17,
-points 4, 5 and 6): the chart installed with real Helm (its policies on), then requests made
-with a TokenRequest token of the operator's ServiceAccount, as a thief would make them. Each
-attack is refused with the policy's message; the operator's own writes, as its code renders
-them, pass. The garbage collector and the namespace controller are not held back.
+points 4, 5 and 6, and profiles, which the operator may patch only for its finalizer): the
+chart installed with real Helm (its policies on), then requests made with a TokenRequest token
+of the operator's ServiceAccount, as a thief would make them. Each attack is refused with the
+policy's message; the operator's own writes, as its code renders them, pass. The garbage
+collector and the namespace controller are not held back.
 
 Attacks that would be dangerous if they passed (a webhook configuration that sees every pod)
 are sent as server-side dry runs: admission runs for them all the same.
@@ -31,7 +32,9 @@ from tests.e2e.test_delivery import (  # noqa: F401 - install is a fixture
     service_account_token,
     token_client,
 )
-from wcow_operator.api.rollout import ROLLOUT_CONFIGMAP
+from wcow_operator.api.rollout import RESUME_ANNOTATION, ROLLOUT_CONFIGMAP
+from wcow_operator.k8s.api import KubernetesApi
+from wcow_operator.reconcile.model import FINALIZER
 from wcow_operator.render.plan import PLAN_CONFIGMAP
 from wcow_operator.render.webhooks import (
     WEBHOOK_CONFIGURATION,
@@ -329,6 +332,98 @@ def _gone(read: Callable[[], Any]) -> bool:
     return False
 
 
+# ---- profiles: the operator patches them only for its finalizer ----
+
+FOREIGN_FINALIZER = "example.com/hold"
+PROFILE_GUARD = "the wcow operator may only add or remove its finalizer"
+
+
+def test_a_stolen_operator_token_changes_only_its_finalizer_on_profiles(
+    install: Install,  # noqa: F811 - the fixture imported above
+    operator: client.ApiClient,
+) -> None:
+    """RBAC grants the operator patch on profiles (for its finalizer): the guard refuses the
+    spec, labels, annotations and others' finalizers, whatever the patch type; the operator's
+    own adapter adds and removes its finalizer; status stays writable, and carries nothing
+    else along."""
+    admin, stolen = client.CustomObjectsApi(install.admin), client.CustomObjectsApi(operator)
+    name = f"{install.release}-guarded"
+    body = profile(name, isolation="HyperV", windowsBuild="ltsc2022")
+    body["metadata"] |= {
+        "labels": {"team": "windows"},
+        "annotations": {"example.com/owner": "platform"},
+        "finalizers": [FOREIGN_FINALIZER],
+    }
+    admin.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+
+    def patch(changes: Any, content_type: str | None = None) -> Callable[[], Any]:
+        return lambda: stolen.patch_cluster_custom_object(
+            GROUP, VERSION, PLURAL, name, changes, dry_run="All", _content_type=content_type
+        )
+
+    try:
+        refused(
+            "rolling a change out to every node at once",
+            patch({"spec": {"rollout": {"maxUnavailable": "100%"}}}),
+            f"{PROFILE_GUARD} {FINALIZER} on a WindowsRuntimeProfile, not change its spec",
+            timeout=POLICY_DELAY,
+        )
+        refused(
+            "the spec by JSON patch",
+            patch(
+                [{"op": "replace", "path": "/spec/isolation", "value": "Process"}],
+                "application/json-patch+json",
+            ),
+            "not change its spec",
+        )
+        refused(
+            "resuming a halted rollout",
+            patch({"metadata": {"annotations": {RESUME_ANNOTATION: "1767225600"}}}),
+            "not change its annotations",
+        )
+        refused("relabelling", patch({"metadata": {"labels": {"team": None}}}), "its labels")
+        refused(
+            "a spec change riding on the finalizer",
+            patch(
+                {
+                    "metadata": {"finalizers": [FOREIGN_FINALIZER, FINALIZER]},
+                    "spec": {"handler": f"{name}-evil"},
+                }
+            ),
+            "not change its spec",
+        )
+        refused(
+            "dropping someone else's finalizer",
+            patch({"metadata": {"finalizers": [FINALIZER]}}),
+            "not change its other finalizers",
+        )
+
+        # As the controller sends it (controller.py "add-finalizer", "remove-finalizer").
+        own = KubernetesApi(operator)
+        for finalizers in ([FOREIGN_FINALIZER, FINALIZER], [FOREIGN_FINALIZER]):
+            current = admin.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+            version = current["metadata"]["resourceVersion"]
+            patched = own.patch_profile(
+                name, {"metadata": {"finalizers": finalizers, "resourceVersion": version}}
+            )
+            assert patched["metadata"]["finalizers"] == finalizers
+        # The status subresource is not guarded, and keeps nothing but the status.
+        forged = {"spec": {"isolation": "Process"}, "metadata": {"labels": {"team": "x"}}}
+        own.patch_profile_status(name, {"status": {"observedGeneration": 1}, **forged})
+        stored = admin.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        assert stored["status"] == {"observedGeneration": 1}
+        assert stored["spec"] == body["spec"]
+        assert stored["metadata"]["labels"] == body["metadata"]["labels"]
+        assert stored["metadata"]["annotations"] == body["metadata"]["annotations"]
+    finally:
+        with contextlib.suppress(ApiException):
+            admin.patch_cluster_custom_object(
+                GROUP, VERSION, PLURAL, name, {"metadata": {"finalizers": None}}
+            )
+        with contextlib.suppress(ApiException):
+            admin.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+
+
 # ---- point 5: who writes the plan ----
 
 NAMESPACE_ADMIN = "jane@example.com"
@@ -536,7 +631,7 @@ def test_the_server_type_checks_every_policy_without_warnings(
     names = [
         o["metadata"]["name"] for o in install.objects if o["kind"] == "ValidatingAdmissionPolicy"
     ]
-    assert len(names) == 5
+    assert len(names) == 6
 
     def checked(name: str) -> Any:
         policy = registration.read_validating_admission_policy(name)

@@ -129,7 +129,7 @@ admissionPolicy.enabled=false (docs/install.md, "Guards by Kubernetes version").
 */}}
 {{- define "wcow-runtime.admissionPolicy.check" -}}
 {{- if and .Values.admissionPolicy.enabled (semverCompare "<1.30-0" .Capabilities.KubeVersion.Version) }}
-{{- fail (printf "admissionPolicy.enabled needs Kubernetes 1.30 or later (ValidatingAdmissionPolicy v1 is GA in 1.30, and bound service-account tokens carry the node name from 1.30); this cluster is %s. Without the policies nothing narrows RBAC: the agent's token may patch every Node, and the operator's token may write any webhook configuration, any RuntimeClass, and the plan ConfigMap is writable by anyone with update on ConfigMaps in %s. Upgrade the cluster, or set admissionPolicy.enabled=false to install without these guards (docs/install.md)" .Capabilities.KubeVersion.Version .Release.Namespace) }}
+{{- fail (printf "admissionPolicy.enabled needs Kubernetes 1.30 or later (ValidatingAdmissionPolicy v1 is GA in 1.30, and bound service-account tokens carry the node name from 1.30); this cluster is %s. Without the policies nothing narrows RBAC: the agent's token may patch every Node, and the operator's token may write any webhook configuration, any RuntimeClass and any profile's spec, labels and annotations, and the plan ConfigMap is writable by anyone with update on ConfigMaps in %s. Upgrade the cluster, or set admissionPolicy.enabled=false to install without these guards (docs/install.md)" .Capabilities.KubeVersion.Version .Release.Namespace) }}
 {{- end }}
 {{- end }}
 
@@ -139,6 +139,14 @@ The CEL condition "the request comes from the operator's ServiceAccount", in any
 */}}
 {{- define "wcow-runtime.operator.isRequester" -}}
 request.userInfo.username.startsWith('system:serviceaccount:') && request.userInfo.username.endsWith(':{{ include "wcow-runtime.operator.serviceAccountName" . }}')
+{{- end }}
+
+{{/*
+The finalizer the operator adds to each profile and removes when it has cleaned up
+(wcow_operator/reconcile/model.py FINALIZER; a test keeps them equal).
+*/}}
+{{- define "wcow-runtime.operator.finalizer" -}}
+runtime.wcow.dev/cleanup
 {{- end }}
 
 {{/*
