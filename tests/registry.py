@@ -57,7 +57,10 @@ DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
 DOCKER_LAYER = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 # What a manifest of each kind points at (Windows images on MCR are Docker schema 2).
-_CONFIG_AND_LAYER = {OCI_MANIFEST: (OCI_CONFIG, OCI_LAYER), DOCKER_MANIFEST: (DOCKER_CONFIG, DOCKER_LAYER)}
+_CONFIG_AND_LAYER = {
+    OCI_MANIFEST: (OCI_CONFIG, OCI_LAYER),
+    DOCKER_MANIFEST: (DOCKER_CONFIG, DOCKER_LAYER),
+}
 _INDEX_FOR = {OCI_MANIFEST: OCI_INDEX, DOCKER_MANIFEST: DOCKER_LIST}
 
 

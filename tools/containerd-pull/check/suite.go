@@ -46,10 +46,12 @@ type Expect struct {
 
 // Case is one reference pulled for one host build.
 type Case struct {
-	Name      string            `json:"name"`
-	Reference string            `json:"reference"`
-	Host      string            `json:"host"` // 10.0.<build>, as platforms.DefaultSpec() gives it
-	Expect    map[string]Expect `json:"expect"`
+	Name      string `json:"name"`
+	Reference string `json:"reference"`
+	Host      string `json:"host"` // 10.0.<build>, as platforms.DefaultSpec() gives it
+	// Expect per path; null: not checked on this line (the order among several matching
+	// entries on a line whose Windows matcher cannot be built on this OS).
+	Expect map[string]*Expect `json:"expect"`
 }
 
 // Outcome is what a line's pull path did.
@@ -100,7 +102,11 @@ func Run(t *testing.T, line Line) {
 			got := line.Pull(context.Background(), t.TempDir(), c.Reference, c.Host, p)
 			sort.Strings(got.Fetched)
 			results[c.Name][p] = got
-			for _, problem := range Compare(expect, got) {
+			if expect == nil {
+				t.Logf("%s (%s path): not checked on this line: %+v", c.Name, p, got)
+				continue
+			}
+			for _, problem := range Compare(*expect, got) {
 				t.Errorf("%s (%s on host %s, %s path): %s", c.Name, c.Reference, c.Host, p, problem)
 			}
 		}

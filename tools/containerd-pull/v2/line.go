@@ -12,6 +12,7 @@ import (
 	transferimage "github.com/containerd/containerd/v2/core/transfer/image"
 	"github.com/containerd/containerd/v2/plugins/content/local"
 	"github.com/containerd/platforms"
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"wcow.dev/tools/containerd-pull/check"
@@ -42,7 +43,8 @@ func ClientMatcher(build string) platforms.MatchComparer { return platforms.Only
 // selects the manifest with images.Manifest, as PullImage then does (image.Config()).
 func (Line) Pull(ctx context.Context, dir, ref, build, path string) check.Outcome {
 	var out check.Outcome
-	store, err := local.NewStore(dir)
+	// Labelled like containerd's metadata store: the image store's filter sets GC labels.
+	store, err := local.NewLabeledStore(dir, labels{})
 	if err != nil {
 		out.Error = err.Error()
 		return out
@@ -93,4 +95,30 @@ func (Line) Pull(ctx context.Context, dir, ref, build, path string) check.Outcom
 	}
 	out.SelectedConfig = manifest.Config.Digest.String()
 	return out
+}
+
+// labels keeps content labels in memory for one pull.
+type labels map[digest.Digest]map[string]string
+
+func (l labels) Get(d digest.Digest) (map[string]string, error) { return l[d], nil }
+
+func (l labels) Set(d digest.Digest, set map[string]string) error {
+	l[d] = set
+	return nil
+}
+
+func (l labels) Update(d digest.Digest, update map[string]string) (map[string]string, error) {
+	current := l[d]
+	if current == nil {
+		current = map[string]string{}
+	}
+	for key, value := range update {
+		if value == "" {
+			delete(current, key)
+		} else {
+			current[key] = value
+		}
+	}
+	l[d] = current
+	return current, nil
 }
