@@ -69,7 +69,7 @@ from tests.fleet.paced import (
 from wcow_agent.host.simulated import HostSettings
 from wcow_agent.k8s import KubernetesCluster
 from wcow_agent.simulate import Fleet, FleetCluster, FleetOptions
-from wcow_operator.api.rollout import Rollout
+from wcow_contract.rollout import Rollout
 from wcow_operator.reconcile.rollout import parse_max_unavailable
 
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"})

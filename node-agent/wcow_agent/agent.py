@@ -17,12 +17,12 @@ from wcow_agent.canary import CanaryResult
 from wcow_agent.host.containerd import version_tuple
 from wcow_agent.merge import BUILTIN_RUNTIMES_1_6, BUILTIN_RUNTIMES_1_7, MergeResult, table_hash
 from wcow_agent.state import AgentState
-from wcow_operator.api.agent_status import (
+from wcow_contract.agent_status import (
     AgentStatus,
     HandlerState,
     HandlerStatus,
 )
-from wcow_operator.render.runtimeclass import READY_VALUE, ready_label
+from wcow_contract.labels import READY_VALUE, ready_label
 
 
 @dataclass(frozen=True)

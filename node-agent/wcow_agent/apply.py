@@ -51,9 +51,9 @@ from wcow_agent.host.interfaces import ContainerdError, Host, HostError
 from wcow_agent.merge import ConfigError, MergeResult, merge_config
 from wcow_agent.pacing import SEEDED, Gate, Permission, decide, holds_agent_tables
 from wcow_agent.state import AgentState, Paths, load_state, save_state, text_hash
-from wcow_operator.api.agent_status import HandlerState
-from wcow_operator.api.windows_builds import WindowsBuild
-from wcow_operator.render.containerd import RUNTIMES_PATH
+from wcow_contract.agent_status import HandlerState
+from wcow_contract.runtime_table import RUNTIMES_PATH
+from wcow_contract.windows_builds import WindowsBuild
 
 log = logging.getLogger("wcow_agent")
 

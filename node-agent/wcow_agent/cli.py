@@ -45,10 +45,10 @@ from wcow_agent.plan import PlanError, load_plan
 from wcow_agent.runner import AgentLoop, RunOptions
 from wcow_agent.simulate import add_parser as _add_simulate
 from wcow_agent.state import PRISTINE_SUFFIX, STATE_SUFFIX, Paths, load_state, save_state
-from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION
-from wcow_operator.api.validation import is_dns1123_label
-from wcow_operator.api.windows_builds import parse_windows_build
-from wcow_operator.render.runtimeclass import READY_VALUE, ready_label
+from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_contract.labels import READY_VALUE, ready_label
+from wcow_contract.validation import is_dns1123_label
+from wcow_contract.windows_builds import parse_windows_build
 
 EXIT_OK = 0
 EXIT_FAILED = 1

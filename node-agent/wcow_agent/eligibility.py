@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wcow_agent.containerd_lines import first_line_honouring, line_for, unsupported
-from wcow_operator.api.windows_builds import (
+from wcow_contract.windows_builds import (
     WindowsBuild,
     isolation_refusal,
     parse_windows_build,

@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from wcow_operator.api.text import shown
-from wcow_operator.render.plan import PLAN_KIND, PLAN_SCHEMA_VERSION, build_plan, plan_hash
-from wcow_operator.render.plan_check import entry_problem, first_difference, not_rendered
+from wcow_contract.plan import PLAN_KIND, PLAN_SCHEMA_VERSION, build_plan, plan_hash
+from wcow_contract.plan_check import entry_problem, first_difference, not_rendered
+from wcow_contract.text import shown
 
 
 class PlanError(ValueError):

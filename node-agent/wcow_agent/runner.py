@@ -42,12 +42,12 @@ from wcow_agent.metrics import Metrics
 from wcow_agent.pacing import Permission
 from wcow_agent.plan import PlanError, load_plan
 from wcow_agent.state import load_state, save_state, text_hash
-from wcow_operator.api.agent_status import (
+from wcow_contract.agent_status import (
     AGENT_STATUS_ANNOTATION,
     AgentStatus,
     parse_agent_status,
 )
-from wcow_operator.render.plan import PLAN_CONFIGMAP, PLAN_KEY
+from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_KEY
 
 log = logging.getLogger("wcow_agent")
 

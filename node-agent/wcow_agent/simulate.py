@@ -45,7 +45,7 @@ from wcow_agent.host.simulated import (
 from wcow_agent.metrics import Metrics
 from wcow_agent.runner import AgentLoop, RunOptions
 from wcow_agent.state import Paths
-from wcow_operator.api.windows_builds import parse_windows_build
+from wcow_contract.windows_builds import parse_windows_build
 
 log = logging.getLogger("wcow_agent.simulate")
 

@@ -7,8 +7,8 @@ import pytest
 
 from tests.agent.fakes import CONFIGS, FakeCluster, FakeNode
 from tests.conftest import profile_document
-from wcow_operator.api.errors import parse_profile
-from wcow_operator.render.plan import plan_for
+from wcow_contract.errors import parse_profile
+from wcow_contract.plan import plan_for
 
 DEFAULT_17 = (CONFIGS / "v2-containerd-1.7-default.toml").read_text(encoding="utf-8")
 

@@ -40,9 +40,9 @@ from wcow_agent.host.interfaces import CommandTimeoutError, ContainerdError, Hos
 from wcow_agent.host.process import Completed
 from wcow_agent.host.simulated import effective_runtimes
 from wcow_agent.state import Paths
-from wcow_operator.api.windows_builds import WindowsBuild
-from wcow_operator.render.containerd import RUNTIMES_PATH
-from wcow_operator.render.plan import dump_plan
+from wcow_contract.plan import dump_plan
+from wcow_contract.runtime_table import RUNTIMES_PATH
+from wcow_contract.windows_builds import WindowsBuild
 
 WIRE = Path(__file__).resolve().parent / "wire"
 CONFIGS = Path(__file__).resolve().parent.parent / "fixtures" / "configs"

@@ -18,7 +18,7 @@ from wcow_agent.cli import build_parser
 from wcow_agent.cli import main as agent_main
 from wcow_agent.merge import MARKER, merge_config
 from wcow_agent.state import load_state
-from wcow_operator.render.plan import dump_plan
+from wcow_contract.plan import dump_plan
 
 HANDLER = "runhcs-wcow-hypervisor"
 V2_PATH = ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes")

@@ -15,9 +15,9 @@ from wcow_agent.agent import build_status, status_json
 from wcow_agent.cli import main as agent_main
 from wcow_agent.containerd_lines import LINES, line_for, unsupported
 from wcow_agent.eligibility import Host, classify_handlers
-from wcow_operator.api.runhcs_options import RUNHCS_OPTIONS
-from wcow_operator.api.windows_builds import WindowsBuild
-from wcow_operator.render.plan import dump_plan
+from wcow_contract.plan import dump_plan
+from wcow_contract.runhcs_options import RUNHCS_OPTIONS
+from wcow_contract.windows_builds import WindowsBuild
 
 DEFAULT_16 = (CONFIGS / "v2-containerd-1.6-default.toml").read_text(encoding="utf-8")
 

@@ -25,8 +25,8 @@ from wcow_agent.host.containerd import ContainerdCli
 from wcow_agent.host.interfaces import Host
 from wcow_agent.host.process import SubprocessRunner
 from wcow_agent.merge import BUILTIN_RUNTIMES_1_6, merge_config
-from wcow_operator.render.containerd import RUNTIMES_PATH
-from wcow_operator.render.plan import build_plan
+from wcow_contract.plan import build_plan
+from wcow_contract.runtime_table import RUNTIMES_PATH
 
 CORPUS = sorted(p for p in CONFIGS.glob("*.toml") if not p.name.startswith("v1"))
 PLAN = make_plan(

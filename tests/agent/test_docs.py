@@ -15,8 +15,8 @@ from wcow_agent.agent import status_json
 from wcow_agent.cli import build_parser
 from wcow_agent.cli import main as agent_main
 from wcow_agent.metrics import Metrics
-from wcow_operator.api.agent_status import AgentStatus
-from wcow_operator.render.plan import dump_plan
+from wcow_contract.agent_status import AgentStatus
+from wcow_contract.plan import dump_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "agent.md").read_text(encoding="utf-8")

@@ -21,7 +21,7 @@ from wcow_agent.metrics import Metrics
 from wcow_agent.pacing import Permission, decide, holds_agent_tables, is_paced
 from wcow_agent.runner import AgentLoop, RunOptions
 from wcow_agent.state import AgentState, Paths, load_state
-from wcow_operator.api.rollout import Halt, Rollout
+from wcow_contract.rollout import Halt, Rollout
 
 NODE = "win-1"
 NS = "wcow-system"

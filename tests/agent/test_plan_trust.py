@@ -26,10 +26,10 @@ from tests.agent.test_runner import make_loop, sample
 from tests.conftest import profile_document
 from wcow_agent.cli import main as agent_main
 from wcow_agent.plan import PlanError, load_plan
-from wcow_operator.api.errors import ProfileInvalidError, parse_profile
-from wcow_operator.api.runhcs_options import NCPROXY_PIPE_PATTERN
-from wcow_operator.api.v1alpha1 import IMAGE_REFERENCE_PATTERN, RUNTIME_PATH_PATTERN
-from wcow_operator.render.plan import build_plan, dump_plan, plan_for, plan_hash
+from wcow_contract.errors import ProfileInvalidError, parse_profile
+from wcow_contract.plan import build_plan, dump_plan, plan_for, plan_hash
+from wcow_contract.runhcs_options import NCPROXY_PIPE_PATTERN
+from wcow_contract.v1alpha1 import IMAGE_REFERENCE_PATTERN, RUNTIME_PATH_PATTERN
 
 Entry = dict[str, Any]
 EVIL_EXE = r"C:\Windows\Temp\evil.exe"

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from tests.controller.builders import NAMESPACE, observed, profile_body, windows_node
+from wcow_contract.plan import PLAN_KEY, build_plan
 from wcow_operator.reconcile.core import ReconcileSettings, reconcile
 from wcow_operator.reconcile.model import FINALIZER, Observed, Outcome, Write
-from wcow_operator.render.plan import PLAN_KEY, build_plan
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SETTINGS = ReconcileSettings(namespace=NAMESPACE)

@@ -12,7 +12,8 @@ import pytest
 
 from tests.conftest import profile_document
 from tests.controller.builders import observed, profile_body
-from wcow_operator.api.rollout import RESUME_ANNOTATION, Rollout, may_change, parse_rollout
+from wcow_contract.plan import build_plan
+from wcow_contract.rollout import RESUME_ANNOTATION, Rollout, may_change, parse_rollout
 from wcow_operator.reconcile.core import ReconcileSettings, reconcile
 from wcow_operator.reconcile.model import ObservedNode
 from wcow_operator.reconcile.rollout import (
@@ -22,7 +23,6 @@ from wcow_operator.reconcile.rollout import (
     decide,
     parse_max_unavailable,
 )
-from wcow_operator.render.plan import build_plan
 
 NOW = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
 TIMEOUT = timedelta(minutes=15)

@@ -29,8 +29,8 @@ from tests.e2e.operator_harness import (
     running_operator,
     wait_for,
 )
-from wcow_operator.api.errors import parse_profile
-from wcow_operator.render.plan import plan_entry
+from wcow_contract.errors import parse_profile
+from wcow_contract.plan import plan_entry
 from wcow_operator.render.runtimeclass import render_runtime_class
 
 pytestmark = pytest.mark.e2e

@@ -35,8 +35,8 @@ from tests.e2e.operator_harness import (
 from wcow_agent.host.simulated import HostSettings, effective_runtimes, parse_fault
 from wcow_agent.k8s import KubernetesCluster
 from wcow_agent.simulate import Fleet, FleetCluster, FleetOptions
-from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION
-from wcow_operator.render.runtimeclass import READY_VALUE, ready_label
+from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_contract.labels import READY_VALUE, ready_label
 
 TIMEOUT = 120.0
 

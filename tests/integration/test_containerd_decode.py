@@ -24,10 +24,11 @@ import pytest
 from tests.conftest import ROOT, SAMPLES
 from wcow_agent.cli import main as agent_main
 from wcow_agent.eligibility import Host, classify_handlers
-from wcow_operator.api.runhcs_options import RUNHCS_OPTIONS
-from wcow_operator.api.windows_builds import parse_windows_build
+from wcow_contract.runhcs_options import RUNHCS_OPTIONS
+from wcow_contract.runtime_table import RUNTIMES_PATH
+from wcow_contract.windows_builds import parse_windows_build
 from wcow_operator.cli import main as wcow_main
-from wcow_operator.render.containerd import RUNTIMES_PATH, render_containerd_toml
+from wcow_operator.render.containerd import render_containerd_toml
 
 GO = shutil.which("go")
 

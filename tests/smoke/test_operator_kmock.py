@@ -39,9 +39,9 @@ from tests.e2e.operator_harness import (
     read_plan,
     wait_for,
 )
-from wcow_operator.api.errors import parse_profile
+from wcow_contract.errors import parse_profile
+from wcow_contract.plan import plan_entry
 from wcow_operator.reconcile.model import FINALIZER
-from wcow_operator.render.plan import plan_entry
 from wcow_operator.render.runtimeclass import render_runtime_class
 
 pytest.importorskip(

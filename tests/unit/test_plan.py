@@ -6,17 +6,11 @@ import json
 import tomllib
 
 from tests.conftest import SAMPLES, MakeProfile
+from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_HASH_ANNOTATION, PLAN_KEY, dump_plan, plan_for
 from wcow_operator.cli import load_profiles
 from wcow_operator.render.bundle import FRAGMENT_VERSIONS, render_all
+from wcow_operator.render.configmaps import plan_config_map
 from wcow_operator.render.containerd import render_containerd_toml
-from wcow_operator.render.plan import (
-    PLAN_CONFIGMAP,
-    PLAN_HASH_ANNOTATION,
-    PLAN_KEY,
-    dump_plan,
-    plan_config_map,
-    plan_for,
-)
 
 
 def test_plan_entry_carries_what_the_agent_needs(make_profile: MakeProfile) -> None:

@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from wcow_operator.api.conditions import (
+from wcow_contract.canonical import canonical_json
+from wcow_contract.conditions import (
     NODES_READY,
     READY,
     RUNTIME_CLASS_READY,
@@ -23,14 +24,16 @@ from wcow_operator.api.conditions import (
     find_condition,
     set_condition,
 )
-from wcow_operator.api.errors import ProfileInvalidError, parse_profile
-from wcow_operator.api.rollout import (
+from wcow_contract.errors import ProfileInvalidError, parse_profile
+from wcow_contract.plan import PLAN_KEY, build_plan, plan_entry
+from wcow_contract.plan_check import entry_problem
+from wcow_contract.rollout import (
     RESUME_ANNOTATION,
     ROLLOUT_CONFIGMAP,
     ROLLOUT_KEY,
     parse_rollout,
 )
-from wcow_operator.api.v1alpha1 import (
+from wcow_contract.v1alpha1 import (
     Condition,
     ConditionStatus,
     NodeCounts,
@@ -48,21 +51,13 @@ from wcow_operator.reconcile.model import (
 )
 from wcow_operator.reconcile.nodes import HandlerNeeds, NodeSummary, NodeTally, describe
 from wcow_operator.reconcile.rollout import Progress, decide, parse_max_unavailable
-from wcow_operator.render.plan import (
-    PLAN_KEY,
-    build_plan,
-    plan_config_map,
-    plan_entry,
-    rollout_config_map,
-)
-from wcow_operator.render.plan_check import entry_problem
+from wcow_operator.render.configmaps import plan_config_map, rollout_config_map
 from wcow_operator.render.runtimeclass import (
     MANAGED_BY,
     PROFILE_ANNOTATION,
     PROFILE_LABEL,
     render_runtime_class,
 )
-from wcow_operator.render.serialize import canonical_json
 
 PLANNED = "Planned"
 ROLLED_OUT = "RolledOut"

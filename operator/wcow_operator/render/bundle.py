@@ -7,9 +7,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wcow_operator.api.v1alpha1 import WindowsRuntimeProfile as Profile
+from wcow_contract.plan import plan_for
+from wcow_contract.v1alpha1 import WindowsRuntimeProfile as Profile
 from wcow_operator.render.containerd import render_containerd_toml
-from wcow_operator.render.plan import plan_for
 from wcow_operator.render.runtimeclass import render_runtime_class
 
 # Config versions whose fragments ``wcow render --out`` writes (4 is laid out as 3).

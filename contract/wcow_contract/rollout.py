@@ -25,7 +25,7 @@ from typing import Annotated, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from wcow_operator.api.v1alpha1 import NodeFailure
+from wcow_contract.v1alpha1 import NodeFailure
 
 ROLLOUT_CONFIGMAP: Final = "wcow-runtime-rollout"
 ROLLOUT_KEY: Final = "rollout.json"

@@ -38,17 +38,10 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from wcow_operator.api.rollout import (
-    PACED_ANNOTATION,
-    PACED_VALUE,
-    ROLLOUT_CONFIGMAP,
-    ROLLOUT_KEY,
-    Rollout,
-)
-from wcow_operator.api.v1alpha1 import API_VERSION
-from wcow_operator.api.v1alpha1 import WindowsRuntimeProfile as Profile
-from wcow_operator.render.containerd import RUNTIMES_PATH, runtime_table
-from wcow_operator.render.serialize import canonical_json, dump_json
+from wcow_contract.canonical import canonical_json, dump_json
+from wcow_contract.runtime_table import RUNTIMES_PATH, runtime_table
+from wcow_contract.v1alpha1 import API_VERSION
+from wcow_contract.v1alpha1 import WindowsRuntimeProfile as Profile
 
 PLAN_KIND = "RuntimePlan"
 PLAN_SCHEMA_VERSION = 1
@@ -142,46 +135,3 @@ def plan_for(profiles: Iterable[Profile]) -> dict[str, Any]:
 
 def dump_plan(plan: Mapping[str, Any]) -> str:
     return dump_json(plan)
-
-
-def plan_config_map(
-    plan: Mapping[str, Any], namespace: str, *, paced: bool = False
-) -> dict[str, Any]:
-    """The plan's ConfigMap. ``paced``: the operator's, whose rollout ConfigMap says which
-    nodes may change; without it (``wcow render`` for GitOps) every node applies at once."""
-    annotations = {PLAN_HASH_ANNOTATION: plan["hash"]}
-    if paced:
-        annotations[PACED_ANNOTATION] = PACED_VALUE
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": PLAN_CONFIGMAP,
-            "namespace": namespace,
-            "labels": {
-                "app.kubernetes.io/managed-by": "wcow-operator",
-                "app.kubernetes.io/part-of": "wcow-runtime",
-            },
-            "annotations": annotations,
-        },
-        # Compact JSON: a ConfigMap holds at most 1 MiB, and agents parse it anyway.
-        "data": {PLAN_KEY: canonical_json(plan).decode("utf-8")},
-    }
-
-
-def rollout_config_map(rollout: Rollout, namespace: str) -> dict[str, Any]:
-    """The rollout's ConfigMap (see ``wcow_operator.api.rollout``)."""
-    text = canonical_json(rollout.model_dump(by_alias=True, mode="json")).decode("utf-8")
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": ROLLOUT_CONFIGMAP,
-            "namespace": namespace,
-            "labels": {
-                "app.kubernetes.io/managed-by": "wcow-operator",
-                "app.kubernetes.io/part-of": "wcow-runtime",
-            },
-        },
-        "data": {ROLLOUT_KEY: text},
-    }

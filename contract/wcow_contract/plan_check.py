@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from wcow_operator.api.errors import ProfileInvalidError, parse_profile
-from wcow_operator.api.text import printable, shown
-from wcow_operator.api.validation import is_dns1123_label
-from wcow_operator.render.plan import entry_document, plan_entry
+from wcow_contract.errors import ProfileInvalidError, parse_profile
+from wcow_contract.plan import entry_document, plan_entry
+from wcow_contract.text import printable, shown
+from wcow_contract.validation import is_dns1123_label
 
 MESSAGE_MAX = 400
 # Where a field of the profile document is in a plan entry (``entry_document``).
