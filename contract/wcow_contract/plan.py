@@ -30,21 +30,28 @@ profile model, renders the entry again and accepts the entry only if it is exact
 plan can carry only what the operator renders from a valid profile, whoever wrote it (the
 hash proves integrity, not authorship). ``spec`` was added within schemaVersion 1: agents
 that predate it ignore it, agents that check it refuse entries without it.
+
+Schema skew (docs/architecture.md): an agent accepts exactly what its own version renders,
+so a field it does not know refuses the plan; entries leave the spec's defaults out, so a
+new optional profile field changes only the entries of the profiles that set it.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 
 from wcow_contract.canonical import canonical_json, dump_json
 from wcow_contract.runtime_table import RUNTIMES_PATH, runtime_table
 from wcow_contract.v1alpha1 import API_VERSION
 from wcow_contract.v1alpha1 import WindowsRuntimeProfile as Profile
 
-PLAN_KIND = "RuntimePlan"
-PLAN_SCHEMA_VERSION = 1
+PLAN_KIND: Final = "RuntimePlan"
+PLAN_SCHEMA_VERSION: Final = 1
 PLAN_CONFIGMAP = "wcow-runtime-plan"
 PLAN_KEY = "plan.json"
 PLAN_HASH_ANNOTATION = "runtime.wcow.dev/plan-hash"
@@ -88,50 +95,140 @@ def entry_document(entry: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def plan_entry(profile: Profile) -> dict[str, Any]:
+class _Wire(BaseModel):
+    """A part of the plan as it travels: strict (no coercion, so a value dumps back exactly as
+    it came), frozen, and closed (a key this version does not know is an error)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
+    )
+
+
+class PlanVm(_Wire):
+    """The utility VM a Hyper-V handler asks for (what its canary checks)."""
+
+    processor_count: int
+    memory_mb: int = Field(alias="memoryMB")
+    fully_physically_backed: bool
+
+
+class PlanCanary(_Wire):
+    """The profile's ``spec.canary``, as the agent runs it."""
+
+    enabled: bool
+    timeout_seconds: int
+    image: str | None
+
+
+class PlanEntry(_Wire):
+    """What the plan says of one handler."""
+
+    profile: str
+    generation: int | None
+    uid: str | None
+    isolation: Literal["Process", "HyperV"]
+    windows_build: str | None
+    """The guest build, ``10.0.<build>``; None: a process handler that pins no build."""
+    vm: PlanVm | None
+    canary: PlanCanary
+    runtime: dict[str, Any]
+    """The ``runtimes.<handler>`` table of config.toml, as data (``runtime_table``)."""
+    spec: dict[str, Any] | None = None
+    """The profile spec the entry was rendered from (``node_spec``). None only in an entry an
+    operator wrote before entries carried it: the key is then absent, and agents refuse it."""
+
+    def document(self) -> dict[str, Any]:
+        """The entry as JSON data (a new object each time: callers may change it)."""
+        return self.model_dump(
+            by_alias=True, mode="json", exclude={"spec"} if self.spec is None else None
+        )
+
+
+class Plan(_Wire):
+    """The plan: every handler's entry, and the hash over the canonical JSON of the rest."""
+
+    api_version: Literal["runtime.wcow.dev/v1alpha1"]
+    kind: Literal["RuntimePlan"]
+    schema_version: Literal[1]
+    runtimes_path: dict[str, list[str]]
+    """Where handler tables live, by config.toml schema version (``RUNTIMES_PATH``)."""
+    handlers: dict[str, PlanEntry]
+    hash: str
+    """``sha256:<hex>`` over the canonical JSON of the document without ``hash``."""
+
+    def document(self) -> dict[str, Any]:
+        """The plan as JSON data, hash included (a new object each time)."""
+        body = plan_body({h: entry.document() for h, entry in self.handlers.items()})
+        return {**body, "hash": self.hash}
+
+
+def plan_entry(profile: Profile) -> PlanEntry:
     spec = profile.spec
     vm = spec.effective_vm()
     options = runtime_table(profile)
     vm_entry = None
     if vm is not None:
-        vm_entry = {
-            "processorCount": options["options"]["VmProcessorCount"],
-            "memoryMB": options["options"]["VmMemorySizeInMb"],
-            "fullyPhysicallyBacked": vm.fully_physically_backed,
-        }
-    return {
-        "profile": profile.name,
-        "generation": profile.metadata.generation,
-        "uid": profile.metadata.uid,
-        "isolation": spec.isolation,
-        "windowsBuild": spec.guest_build.label_value if spec.guest_build else None,
-        "vm": vm_entry,
-        "canary": spec.canary.model_dump(by_alias=True),
-        "runtime": options,
-        "spec": node_spec(profile),
-    }
+        vm_entry = PlanVm(
+            processor_count=options["options"]["VmProcessorCount"],
+            memory_mb=options["options"]["VmMemorySizeInMb"],
+            fully_physically_backed=vm.fully_physically_backed,
+        )
+    canary = spec.canary
+    return PlanEntry(
+        profile=profile.name,
+        generation=profile.metadata.generation,
+        uid=profile.metadata.uid,
+        isolation=spec.isolation,
+        windows_build=spec.guest_build.label_value if spec.guest_build else None,
+        vm=vm_entry,
+        canary=PlanCanary(
+            enabled=canary.enabled, timeout_seconds=canary.timeout_seconds, image=canary.image
+        ),
+        runtime=options,
+        spec=node_spec(profile),
+    )
 
 
 def plan_hash(body: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(body)).hexdigest()
 
 
-def build_plan(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """The plan for these handler entries (handler -> ``plan_entry``), with its hash."""
-    body: dict[str, Any] = {
+def plan_body(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The plan's JSON document around these entry documents (handler -> entry), without its
+    hash: the one place that lays the plan out."""
+    return {
         "apiVersion": API_VERSION,
         "kind": PLAN_KIND,
         "schemaVersion": PLAN_SCHEMA_VERSION,
         "runtimesPath": {str(v): list(path) for v, path in RUNTIMES_PATH.items()},
         "handlers": {handler: dict(entries[handler]) for handler in sorted(entries)},
     }
+
+
+def plan_document(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """``plan_body`` with its hash: the JSON of a plan holding these entry documents."""
+    body = plan_body(entries)
     return {**body, "hash": plan_hash(body)}
 
 
-def plan_for(profiles: Iterable[Profile]) -> dict[str, Any]:
+def build_plan(entries: Mapping[str, PlanEntry]) -> Plan:
+    """The plan for these handler entries (handler -> ``plan_entry``), with its hash."""
+    document = plan_document({handler: entry.document() for handler, entry in entries.items()})
+    return Plan(
+        api_version=document["apiVersion"],
+        kind=document["kind"],
+        schema_version=document["schemaVersion"],
+        runtimes_path=document["runtimesPath"],
+        handlers={handler: entries[handler] for handler in sorted(entries)},
+        hash=document["hash"],
+    )
+
+
+def plan_for(profiles: Iterable[Profile]) -> Plan:
     """The plan for profiles whose handlers are unique (the caller checks that)."""
     return build_plan({profile.handler: plan_entry(profile) for profile in profiles})
 
 
-def dump_plan(plan: Mapping[str, Any]) -> str:
-    return dump_json(plan)
+def dump_plan(plan: Plan) -> str:
+    """``plan.json`` as ``wcow render --out`` writes it (agents read any JSON layout)."""
+    return dump_json(plan.document())

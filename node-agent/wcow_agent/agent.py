@@ -8,7 +8,6 @@ without fakes.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +22,7 @@ from wcow_contract.agent_status import (
     HandlerStatus,
 )
 from wcow_contract.labels import READY_VALUE, ready_label
+from wcow_contract.plan import PlanEntry
 
 
 @dataclass(frozen=True)
@@ -120,8 +120,8 @@ def needs_canary(
     return forced or failed_before or state.canaried.get(handler) != table
 
 
-def canary_enabled(entry: Mapping[str, Any]) -> bool:
-    return bool((entry.get("canary") or {}).get("enabled", True))
+def canary_enabled(entry: PlanEntry) -> bool:
+    return entry.canary.enabled
 
 
 def build_status(
@@ -191,15 +191,6 @@ def _content(status: AgentStatus) -> dict[str, Any]:
     data = status.model_dump(by_alias=True)
     data.pop("updatedAt", None)
     return data
-
-
-def status_json(status: AgentStatus) -> str:
-    """Compact, key-sorted JSON: the same status always gives the same annotation text."""
-    return json.dumps(
-        status.model_dump(by_alias=True, exclude_none=True),
-        sort_keys=True,
-        separators=(",", ":"),
-    )
 
 
 def ready_handlers(report: CycleReport) -> set[str] | None:

@@ -52,6 +52,7 @@ from wcow_agent.merge import ConfigError, MergeResult, merge_config
 from wcow_agent.pacing import SEEDED, Gate, Permission, decide, holds_agent_tables
 from wcow_agent.state import AgentState, Paths, load_state, save_state, text_hash
 from wcow_contract.agent_status import HandlerState
+from wcow_contract.plan import Plan, PlanEntry
 from wcow_contract.runtime_table import RUNTIMES_PATH
 from wcow_contract.windows_builds import WindowsBuild
 
@@ -136,14 +137,14 @@ class NodeAgent:
 
     def reconcile(
         self,
-        plan: Mapping[str, Any] | None,
+        plan: Plan | None,
         force_canary: bool = False,
         pace: Pace | None = None,
     ) -> CycleReport:
         """Bring config.toml and containerd in line with ``plan`` (None: no plan known,
         change nothing but finish an interrupted restart), then prove what changed.
         ``pace``: the rollout's permission; None applies at once (an unpaced plan)."""
-        report = CycleReport(plan_hash=plan.get("hash") if plan else None)
+        report = CycleReport(plan_hash=plan.hash if plan else None)
         try:
             return self._reconcile(report, plan, force_canary, pace)
         except OSError as error:
@@ -154,10 +155,10 @@ class NodeAgent:
             report.event("FileError", message, warning=True)
             if plan is not None:
                 outcomes = report.handlers if report.handlers is not None else {}
-                for handler, entry in plan["handlers"].items():
+                for handler, entry in plan.handlers.items():
                     if outcomes.get(handler) is None or outcomes[handler].state == "Ready":
                         outcomes[handler] = HandlerOutcome(
-                            "Failed", "FileError", message, entry.get("generation")
+                            "Failed", "FileError", message, entry.generation
                         )
                 report.handlers = outcomes
             return report
@@ -165,7 +166,7 @@ class NodeAgent:
     def _reconcile(
         self,
         report: CycleReport,
-        plan: Mapping[str, Any] | None,
+        plan: Plan | None,
         force_canary: bool,
         pace: Pace | None,
     ) -> CycleReport:
@@ -180,9 +181,7 @@ class NodeAgent:
             report.applied_plan_hash = cycle.state.applied_plan
         return report
 
-    def _steps(
-        self, cycle: _Cycle, plan: Mapping[str, Any], force_canary: bool, pace: Pace | None
-    ) -> None:
+    def _steps(self, cycle: _Cycle, plan: Plan, force_canary: bool, pace: Pace | None) -> None:
         eligible = self._judge(cycle, plan)
         if eligible is None or cycle.result is None:
             return
@@ -202,11 +201,11 @@ class NodeAgent:
 
     # -- the paced rollout -------------------------------------------------------------
 
-    def _gate(self, cycle: _Cycle, plan: Mapping[str, Any], pace: Pace | None) -> Gate:
+    def _gate(self, cycle: _Cycle, plan: Plan, pace: Pace | None) -> Gate:
         result = cycle.require_result()
         return decide(
             pace.permission if pace is not None else Permission(),
-            str(plan["hash"]),
+            plan.hash,
             pace.node if pace is not None else "",
             changes_file=cycle.changes_file,
             holds_tables=holds_agent_tables(result, cycle.state.owned),
@@ -215,14 +214,14 @@ class NodeAgent:
     def _begin_attempt(
         self,
         cycle: _Cycle,
-        plan: Mapping[str, Any],
-        eligible: Mapping[str, Mapping[str, Any]],
+        plan: Plan,
+        eligible: Mapping[str, PlanEntry],
         gate: Gate,
         pace: Pace | None,
     ) -> Gate:
         """Record that the node starts changing to the plan, on the Node first when the
         rollout counts on it (permitted, or a new node), then in the state."""
-        state, result, plan_hash = cycle.state, cycle.require_result(), str(plan["hash"])
+        state, result, plan_hash = cycle.state, cycle.require_result(), plan.hash
         touched = {*result.added, *result.updated} & set(eligible)
         fresh = state.attempted_plan != plan_hash or state.attempt_grant != gate.grant
         if not fresh:
@@ -249,7 +248,7 @@ class NodeAgent:
                     "Pending",
                     "Applying",
                     f"changing to plan {plan_hash}",
-                    eligible[h].get("generation"),
+                    eligible[h].generation,
                 )
                 for h in sorted(touched)
             },
@@ -267,19 +266,19 @@ class NodeAgent:
         save_state(self.paths.state, state)
         return gate
 
-    def _adopt(self, cycle: _Cycle, plan: Mapping[str, Any]) -> None:
+    def _adopt(self, cycle: _Cycle, plan: Plan) -> None:
         """A plan that leaves config.toml as it is: taken without a restart or permission,
         and applied at once. A handler an earlier attempt failed stays Failed in the
         status, but holds up only the rollouts that change it again on this node."""
-        state, plan_hash = cycle.state, str(plan["hash"])
+        state, plan_hash = cycle.state, plan.hash
         if state.attempted_plan == plan_hash:
             return
         state.unproven = []
         state.attempted_plan, state.attempt_grant = plan_hash, None
         save_state(self.paths.state, state)
 
-    def _finish_attempt(self, cycle: _Cycle, plan: Mapping[str, Any]) -> None:
-        state, plan_hash = cycle.state, str(plan["hash"])
+    def _finish_attempt(self, cycle: _Cycle, plan: Plan) -> None:
+        state, plan_hash = cycle.state, plan.hash
         if state.attempted_plan != plan_hash:
             return
         outcomes = cycle.report.handlers or {}
@@ -293,19 +292,19 @@ class NodeAgent:
             state.unproven, state.applied_plan = unproven, applied
             save_state(self.paths.state, state)
 
-    def _hold(self, cycle: _Cycle, plan: Mapping[str, Any], why: str) -> None:
+    def _hold(self, cycle: _Cycle, plan: Plan, why: str) -> None:
         """Keep config.toml as it is: a handler the plan would change stays Ready on its
         earlier table if that passed its canary (its label stays), else it is Pending."""
         report, state, result = cycle.report, cycle.state, cycle.require_result()
         report.result = "waiting"
         report.waiting = why
         outcomes = report.handlers if report.handlers is not None else {}
-        handlers = plan["handlers"]
+        handlers = plan.handlers
         for handler in sorted({*result.added, *result.updated, *result.removed, *result.restored}):
             mark = state.owned.get(handler)
             if mark == SEEDED or (mark is None and handler not in handlers):
                 continue
-            entry = handlers.get(handler) or {}
+            entry = handlers.get(handler)
             if mark is not None and state.canaried.get(handler) == mark:
                 outcomes[handler] = HandlerOutcome(
                     "Ready",
@@ -318,11 +317,11 @@ class NodeAgent:
                     "Pending",
                     "WaitingForRollout",
                     "not applied yet: waits for rollout permission",
-                    entry.get("generation"),
+                    entry.generation if entry is not None else None,
                 )
         report.handlers = outcomes
 
-    def _begin(self, report: CycleReport, plan: Mapping[str, Any] | None) -> _Cycle | None:
+    def _begin(self, report: CycleReport, plan: Plan | None) -> _Cycle | None:
         """Host facts, state, the file on disk, and what a killed predecessor left."""
         try:
             facts = self.facts()
@@ -332,7 +331,7 @@ class NodeAgent:
             if plan is not None:
                 report.handlers = {
                     h: HandlerOutcome("Failed", "HostFactsUnavailable", str(error))
-                    for h in plan["handlers"]
+                    for h in plan.handlers
                 }
             return None
         report.facts = facts
@@ -374,20 +373,20 @@ class NodeAgent:
                 cycle.disk_hash = text_hash(cycle.original)
         return cycle
 
-    def _judge(self, cycle: _Cycle, plan: Mapping[str, Any]) -> dict[str, Mapping[str, Any]] | None:
+    def _judge(self, cycle: _Cycle, plan: Plan) -> dict[str, PlanEntry] | None:
         """Which handlers this host runs, and the merged file (None: the file is refused)."""
         report, facts, state = cycle.report, cycle.facts, cycle.state
         eligible, refused = classify_handlers(
-            plan["handlers"],
+            plan.handlers,
             EligibilityHost(_build(facts.build), facts.hyperv_available, facts.containerd_version),
         )
         report.handlers = {
             handler: HandlerOutcome(
-                "NotEligible", r.reason, r.message, plan["handlers"][handler].get("generation")
+                "NotEligible", r.reason, r.message, plan.handlers[handler].generation
             )
             for handler, r in refused.items()
         }
-        desired = {handler: entry["runtime"] for handler, entry in eligible.items()}
+        desired = {handler: entry.runtime for handler, entry in eligible.items()}
         pristine = read_config(self.paths.pristine) if self.paths.pristine.exists() else None
         version = facts.containerd_version
         try:
@@ -408,7 +407,7 @@ class NodeAgent:
         report.config_version = result.version
         for handler, message in result.conflicts.items():
             report.handlers[handler] = HandlerOutcome(
-                "Conflict", "ConflictingTable", message, eligible[handler].get("generation")
+                "Conflict", "ConflictingTable", message, eligible[handler].generation
             )
         report.drift_repaired = drifted(result, state.owned, desired)
         if report.drift_repaired:
@@ -422,7 +421,7 @@ class NodeAgent:
         return eligible
 
     def _write(
-        self, cycle: _Cycle, eligible: Mapping[str, Mapping[str, Any]]
+        self, cycle: _Cycle, eligible: Mapping[str, PlanEntry]
     ) -> dict[str, tuple[str, str]]:
         """Write and restart when the file changes; returns handlers whose change failed."""
         result, state, report = cycle.require_result(), cycle.state, cycle.report
@@ -459,10 +458,10 @@ class NodeAgent:
     def _refused(
         self,
         report: CycleReport,
-        plan: Mapping[str, Any] | None,
+        plan: Plan | None,
         reason: str,
         message: str,
-        eligible: Mapping[str, Mapping[str, Any]] | None = None,
+        eligible: Mapping[str, PlanEntry] | None = None,
     ) -> CycleReport:
         """config.toml cannot be edited: nothing is written, every handler that should be
         applied fails closed (its label goes), the message says what to fix."""
@@ -470,9 +469,9 @@ class NodeAgent:
         report.event(reason, message, warning=True)
         if plan is not None:
             outcomes = report.handlers if report.handlers is not None else {}
-            for handler, entry in (eligible or plan["handlers"]).items():
+            for handler, entry in (eligible or plan.handlers).items():
                 outcomes.setdefault(
-                    handler, HandlerOutcome("Failed", reason, message, entry.get("generation"))
+                    handler, HandlerOutcome("Failed", reason, message, entry.generation)
                 )
             report.handlers = outcomes
         return report
@@ -683,8 +682,8 @@ class NodeAgent:
     def _prove(
         self,
         cycle: _Cycle,
-        plan: Mapping[str, Any],
-        eligible: Mapping[str, Mapping[str, Any]],
+        plan: Plan,
+        eligible: Mapping[str, PlanEntry],
         failed_apply: Mapping[str, tuple[str, str]],
         force: bool,
     ) -> None:
@@ -696,7 +695,7 @@ class NodeAgent:
         cri_ready: bool | None = None
         for handler in pending:
             entry = eligible[handler]
-            generation = entry.get("generation")
+            generation = entry.generation
             if handler in failed_apply:
                 reason, message = failed_apply[handler]
                 outcomes[handler] = HandlerOutcome("Failed", reason, message, generation)
@@ -739,7 +738,7 @@ class NodeAgent:
         report: CycleReport,
         outcomes: dict[str, HandlerOutcome],
         pending: list[str],
-        eligible: Mapping[str, Mapping[str, Any]],
+        eligible: Mapping[str, PlanEntry],
     ) -> bool:
         state: HandlerState
         try:
@@ -758,7 +757,7 @@ class NodeAgent:
         for handler in pending:
             outcomes.setdefault(
                 handler,
-                HandlerOutcome(state, reason, message, eligible[handler].get("generation")),
+                HandlerOutcome(state, reason, message, eligible[handler].generation),
             )
         return False
 
@@ -767,10 +766,10 @@ class NodeAgent:
         report: CycleReport,
         state: AgentState,
         handler: str,
-        entry: Mapping[str, Any],
+        entry: PlanEntry,
         table: str,
     ) -> HandlerOutcome:
-        generation = entry.get("generation")
+        generation = entry.generation
         spec = CanarySpec.from_plan(handler, entry)
         outcome: CanaryResult = self.canary.run(spec, self.cancel)
         report.canaries.append(outcome)

@@ -39,6 +39,7 @@ from wcow_agent.host.interfaces import (
     HcsError,
     HostError,
 )
+from wcow_contract.plan import PlanEntry
 
 CANARY_NAMESPACE = "wcow-canary"
 CANARY_LABEL = "runtime.wcow.dev/canary"
@@ -67,18 +68,17 @@ class CanarySpec:
     ``runtime_path`` as that executable when the handler names one."""
 
     @classmethod
-    def from_plan(cls, handler: str, entry: Mapping[str, Any]) -> CanarySpec:
-        canary = entry.get("canary") or {}
-        vm = entry.get("vm") or {}
+    def from_plan(cls, handler: str, entry: PlanEntry) -> CanarySpec:
+        vm = entry.vm
         return cls(
             handler=handler,
-            isolation=str(entry["isolation"]),
-            timeout_seconds=float(canary.get("timeoutSeconds") or 180),
-            image=canary.get("image") or None,
-            processor_count=vm.get("processorCount"),
-            memory_mb=vm.get("memoryMB"),
-            fully_physically_backed=bool(vm.get("fullyPhysicallyBacked")),
-            shim_owner=shim_owner((entry.get("runtime") or {}).get("runtime_path")),
+            isolation=entry.isolation,
+            timeout_seconds=float(entry.canary.timeout_seconds or 180),
+            image=entry.canary.image or None,
+            processor_count=vm.processor_count if vm is not None else None,
+            memory_mb=vm.memory_mb if vm is not None else None,
+            fully_physically_backed=vm is not None and vm.fully_physically_backed,
+            shim_owner=shim_owner(entry.runtime.get("runtime_path")),
         )
 
 

@@ -92,7 +92,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         )
         plan = load_plan(Path(args.plan).read_text(encoding="utf-8"), args.plan)
         before = _read_existing(config)
-        eligible, refused = classify_handlers(plan["handlers"], host)
+        eligible, refused = classify_handlers(plan.handlers, host)
         state, warning = load_state(state_file)
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
@@ -103,7 +103,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         )
         result = merge_config(
             before,
-            {handler: entry["runtime"] for handler, entry in eligible.items()},
+            {handler: entry.runtime for handler, entry in eligible.items()},
             state.owned,
             builtins,
             pristine,
@@ -539,14 +539,14 @@ def run_canaries(args: argparse.Namespace, host_factory: HostFactory) -> int:
     except (PlanError, OSError, HostError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    unknown = [h for h in args.handlers if h not in plan["handlers"]]
+    unknown = [h for h in args.handlers if h not in plan.handlers]
     if unknown:
         print(f"error: not in the plan: {', '.join(unknown)}", file=sys.stderr)
         return EXIT_USAGE
     canary = Canary(host.cri, host.hcs, args.work_dir or default_work_dir())
     code = EXIT_OK
     for handler in args.handlers:
-        result = canary.run(CanarySpec.from_plan(handler, plan["handlers"][handler]), stop)
+        result = canary.run(CanarySpec.from_plan(handler, plan.handlers[handler]), stop)
         print(
             json.dumps(
                 {

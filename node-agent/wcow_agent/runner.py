@@ -14,9 +14,9 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from wcow_agent.agent import (
     CycleReport,
@@ -24,7 +24,6 @@ from wcow_agent.agent import (
     build_status,
     label_changes,
     ready_handlers,
-    status_json,
 )
 from wcow_agent.apply import NodeAgent, Pace
 from wcow_agent.canary import CLEANUP_TIMEOUT, CanarySpec
@@ -45,9 +44,10 @@ from wcow_agent.state import load_state, save_state, text_hash
 from wcow_contract.agent_status import (
     AGENT_STATUS_ANNOTATION,
     AgentStatus,
+    dump_agent_status,
     parse_agent_status,
 )
-from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_KEY
+from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_KEY, Plan
 
 log = logging.getLogger("wcow_agent")
 
@@ -187,7 +187,7 @@ class AgentLoop:
             self.on_rollout(rollout)
         return Permission.of(True, rollout.exists, rollout.text, self.options.namespace)
 
-    def current_plan(self) -> tuple[Mapping[str, Any] | None, str | None]:
+    def current_plan(self) -> tuple[Plan | None, str | None]:
         """(the plan, why there is none)."""
         with self._plan_lock:
             plan = self._plan
@@ -245,12 +245,12 @@ class AgentLoop:
         self.health.idle(ready=error is None and report.facts is not None, error=error or "")
         return report
 
-    def _cycle_bound(self, plan: Mapping[str, Any] | None) -> float:
+    def _cycle_bound(self, plan: Plan | None) -> float:
         """How long a cycle may take before /healthz calls it stuck."""
         restarts = 3 * self.agent.timeouts.restart
         canaries = sum(
             CanarySpec.from_plan(h, entry).timeout_seconds + 2 * CLEANUP_TIMEOUT
-            for h, entry in (plan or {}).get("handlers", {}).items()
+            for h, entry in (plan.handlers if plan is not None else {}).items()
         )
         return restarts + canaries + 120.0
 
@@ -285,7 +285,7 @@ class AgentLoop:
         if status is None:
             return False
         status = status.model_copy(update={"waiting": None})
-        text = status_json(status)
+        text = dump_agent_status(status)
         if node.annotations.get(AGENT_STATUS_ANNOTATION) == text:
             return True
         try:
@@ -308,7 +308,7 @@ class AgentLoop:
         labels = label_changes(node.labels, ready) if ready is not None else {}
         annotations: dict[str, str | None] = {}
         if status is not None:
-            text = status_json(status)
+            text = dump_agent_status(status)
             if node.annotations.get(AGENT_STATUS_ANNOTATION) != text:
                 annotations[AGENT_STATUS_ANNOTATION] = text
         try:

@@ -40,7 +40,8 @@ from wcow_agent.host.interfaces import CommandTimeoutError, ContainerdError, Hos
 from wcow_agent.host.process import Completed
 from wcow_agent.host.simulated import effective_runtimes
 from wcow_agent.state import Paths
-from wcow_contract.plan import dump_plan
+from wcow_contract.canonical import dump_json
+from wcow_contract.plan import Plan, dump_plan
 from wcow_contract.runtime_table import RUNTIMES_PATH
 from wcow_contract.windows_builds import WindowsBuild
 
@@ -612,13 +613,14 @@ class FakeCluster:
         self.rollout_queue: queue.Queue[RolloutObject] = queue.Queue()
         self._versions = itertools.count(100)
 
-    def set_plan(self, plan: Mapping[str, Any] | None, paced: bool = False) -> PlanObject:
+    def set_plan(self, plan: Plan | Mapping[str, Any] | None, paced: bool = False) -> PlanObject:
+        """The plan ConfigMap holding ``plan`` (a document as it is: a forged one, say)."""
         version = str(next(self._versions))
-        self.plan = (
-            PlanObject(False, None, version)
-            if plan is None
-            else PlanObject(True, dump_plan(plan), version, paced=paced)
-        )
+        if plan is None:
+            self.plan = PlanObject(False, None, version)
+        else:
+            text = dump_plan(plan) if isinstance(plan, Plan) else dump_json(plan)
+            self.plan = PlanObject(True, text, version, paced=paced)
         return self.plan
 
     def set_rollout(self, text: str | None) -> RolloutObject:

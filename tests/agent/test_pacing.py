@@ -149,7 +149,7 @@ def test_the_plan_annotation_and_the_attempt_survive_in_their_formats() -> None:
 
 PLAN_1 = make_plan(hyperv())
 PLAN_2 = make_plan(hyperv(vm={"processorCount": 2, "memoryMB": 4096}), process())
-H1, H2 = str(PLAN_1["hash"]), str(PLAN_2["hash"])
+H1, H2 = PLAN_1.hash, PLAN_2.hash
 
 
 class Announcements:
@@ -243,7 +243,7 @@ def test_a_change_that_leaves_config_toml_alone_is_adopted_without_permission(
     assert report.result == "unchanged"
     assert (node.disk_text(), len(node.restarts), told.seen) == (before, restarts, [])
     assert states(report)["hv25"][0] == "NotEligible"
-    assert (report.applied_plan_hash, report.attempted_plan_hash) == (plan["hash"], plan["hash"])
+    assert (report.applied_plan_hash, report.attempted_plan_hash) == (plan.hash, plan.hash)
 
 
 def test_a_new_node_takes_the_current_plan_at_once(node: FakeNode) -> None:

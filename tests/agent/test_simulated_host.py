@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.agent.conftest import hyperv, make_plan, process
+from tests.agent.conftest import edited, hyperv, make_plan, process
 from wcow_agent.apply import NodeAgent, Timeouts
 from wcow_agent.host.simulated import (
     Fault,
@@ -84,7 +84,9 @@ def test_a_handler_that_configures_the_wrong_vm_fails_its_canary(tmp_path: Path)
     """The plan says 2048 MB but the table asks for 8192: HCS reports the table's VM."""
     node = simulated(tmp_path)
     plan = make_plan(hyperv("hv"))
-    plan["handlers"]["hv"]["runtime"]["options"]["VmMemorySizeInMb"] = 8192
+    runtime = copy.deepcopy(plan.handlers["hv"].runtime)
+    runtime["options"]["VmMemorySizeInMb"] = 8192
+    plan = edited(plan, "hv", runtime=runtime)
     report = agent_for(node).reconcile(plan)
     outcome = (report.handlers or {})["hv"]
     assert (outcome.state, outcome.reason) == ("Failed", "VmSizeMismatch"), outcome
@@ -93,7 +95,9 @@ def test_a_handler_that_configures_the_wrong_vm_fails_its_canary(tmp_path: Path)
 def test_a_hyperv_handler_without_sandbox_isolation_runs_process_isolated(tmp_path: Path) -> None:
     node = simulated(tmp_path)
     plan = make_plan(hyperv("hv"))
-    del plan["handlers"]["hv"]["runtime"]["options"]["SandboxIsolation"]
+    runtime = copy.deepcopy(plan.handlers["hv"].runtime)
+    del runtime["options"]["SandboxIsolation"]
+    plan = edited(plan, "hv", runtime=runtime)
     report = agent_for(node).reconcile(plan)
     outcome = (report.handlers or {})["hv"]
     assert (outcome.state, outcome.reason) == ("Failed", "IsolationMismatch"), outcome
@@ -102,7 +106,9 @@ def test_a_hyperv_handler_without_sandbox_isolation_runs_process_isolated(tmp_pa
 def test_an_option_of_the_wrong_type_fails_the_sandbox(tmp_path: Path) -> None:
     node = simulated(tmp_path)
     plan = make_plan(hyperv("hv"))
-    plan["handlers"]["hv"]["runtime"]["options"]["VmProcessorCount"] = "four"
+    runtime = copy.deepcopy(plan.handlers["hv"].runtime)
+    runtime["options"]["VmProcessorCount"] = "four"
+    plan = edited(plan, "hv", runtime=runtime)
     report = agent_for(node).reconcile(plan)
     outcome = (report.handlers or {})["hv"]
     assert (outcome.state, outcome.reason) == ("Failed", "SandboxFailed"), outcome
@@ -152,7 +158,8 @@ def test_slow_canary_past_its_timeout_is_a_canary_timeout(tmp_path: Path) -> Non
     node = simulated(tmp_path)
     node.faults = Faults(slow_canary_seconds=2.0)
     plan = make_plan(process("proc"))
-    plan["handlers"]["proc"]["canary"]["timeoutSeconds"] = 0.2  # the CRD's minimum is 10 s
+    canary = plan.handlers["proc"].canary.model_copy(update={"timeout_seconds": 0.2})
+    plan = edited(plan, "proc", canary=canary)  # the CRD's minimum is 10 s
     report = agent_for(node).reconcile(plan)
     assert (report.handlers or {})["proc"].reason == "CanaryTimeout"
 

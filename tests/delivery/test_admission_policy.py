@@ -18,7 +18,7 @@ from tests.controller.fake_api import FakeApi, RelistingCache
 from tests.delivery.helpers import find, render
 from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_contract.errors import parse_profile
-from wcow_contract.plan import PLAN_CONFIGMAP
+from wcow_contract.plan import PLAN_CONFIGMAP, build_plan
 from wcow_contract.rollout import RESUME_ANNOTATION, ROLLOUT_CONFIGMAP
 from wcow_contract.v1alpha1 import GROUP, PLURAL, VERSION
 from wcow_operator.controller.controller import Controller
@@ -716,8 +716,7 @@ NAMESPACE_ADMIN = "jane@example.com"
 
 
 def _plan(name: str = PLAN_CONFIGMAP) -> dict[str, Any]:
-    plan = {"schemaVersion": 1, "hash": "sha256:" + "0" * 64, "handlers": {}}
-    body = plan_config_map(plan, NAMESPACE, paced=True)
+    body = plan_config_map(build_plan({}), NAMESPACE, paced=True)
     body["metadata"]["name"] = name
     return body
 

@@ -138,7 +138,7 @@ def test_operator_lifecycle(kube: client.ApiClient, prefix: str, round_: int) ->
             for key in specs:
                 body = _profile_body(custom, names[key])
                 assert body is not None
-                assert plan["handlers"][names[key]] == plan_entry(parse_profile(body))
+                assert plan["handlers"][names[key]] == plan_entry(parse_profile(body)).document()
 
             # Edit one: a bigger VM; its RuntimeClass overhead and plan entry follow.
             custom.patch_cluster_custom_object(

@@ -236,7 +236,7 @@ def test_operator_reconciles_a_profile_through_the_api(tmp_path: Path) -> None:
                     "the plan to hold the handler",
                     lambda: (p := read_plan(kube, NAMESPACE)) and NAME in p["handlers"] and p,
                 )
-                assert plan["handlers"][NAME] == plan_entry(parse_profile(body))
+                assert plan["handlers"][NAME] == plan_entry(parse_profile(body)).document()
 
                 # An event says what happened (kubectl describe shows it); events are posted
                 # at the end of a pass, after the status.

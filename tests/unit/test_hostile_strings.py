@@ -128,7 +128,7 @@ def test_free_text_round_trips_through_yaml_and_the_plan(
     loaded = list(yaml.safe_load_all(text))
     assert loaded == documents  # same documents, same keys, same values
     plan = json.loads(loaded[-1]["data"]["plan.json"])
-    assert plan == rendered.plan
+    assert plan == rendered.plan.document()
     runtime = plan["handlers"]["hostile"]["runtime"]
     assert runtime["runtime_path"] == path
     assert runtime["options"]["NCProxyAddr"] == addr

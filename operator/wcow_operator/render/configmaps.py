@@ -3,26 +3,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from wcow_contract.canonical import canonical_json
-from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_HASH_ANNOTATION, PLAN_KEY
+from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_HASH_ANNOTATION, PLAN_KEY, Plan
 from wcow_contract.rollout import (
     PACED_ANNOTATION,
     PACED_VALUE,
     ROLLOUT_CONFIGMAP,
     ROLLOUT_KEY,
     Rollout,
+    dump_rollout,
 )
 
 
-def plan_config_map(
-    plan: Mapping[str, Any], namespace: str, *, paced: bool = False
-) -> dict[str, Any]:
+def plan_config_map(plan: Plan, namespace: str, *, paced: bool = False) -> dict[str, Any]:
     """The plan's ConfigMap. ``paced``: the operator's, whose rollout ConfigMap says which
     nodes may change; without it (``wcow render`` for GitOps) every node applies at once."""
-    annotations = {PLAN_HASH_ANNOTATION: plan["hash"]}
+    annotations = {PLAN_HASH_ANNOTATION: plan.hash}
     if paced:
         annotations[PACED_ANNOTATION] = PACED_VALUE
     return {
@@ -38,13 +36,13 @@ def plan_config_map(
             "annotations": annotations,
         },
         # Compact JSON: a ConfigMap holds at most 1 MiB, and agents parse it anyway.
-        "data": {PLAN_KEY: canonical_json(plan).decode("utf-8")},
+        "data": {PLAN_KEY: canonical_json(plan.document()).decode("utf-8")},
     }
 
 
 def rollout_config_map(rollout: Rollout, namespace: str) -> dict[str, Any]:
     """The rollout's ConfigMap (see ``wcow_contract.rollout``)."""
-    text = canonical_json(rollout.model_dump(by_alias=True, mode="json")).decode("utf-8")
+    text = dump_rollout(rollout)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
