@@ -281,49 +281,17 @@ class Canary:
         failure: Failure | None
         try:
             failure = self._probe(spec, run_id, remaining, sandbox, observed)
-        except (_Deadline, CommandTimeoutError):
-            failure = (
-                "CanaryTimeout",
-                f"the canary did not finish in {spec.timeout_seconds:.0f} s "
-                "(raise spec.canary.timeoutSeconds if the sandbox image is large)",
-            )
-        except CancelledError:
-            failure = ("CanaryCancelled", "the agent stopped during the canary")
-        except CriError as error:
-            failure = _cri_failure(spec.handler, str(error))
-        except HcsError as error:
-            failure = ("HcsQueryFailed", str(error))
-        except HostError as error:
-            failure = ("CanaryFailed", str(error))
+        except (_Deadline, HostError) as error:
+            failure = _failure(spec, error)
         finally:
             cleanup_error = self.cleanup(run_id, sandbox[0] if sandbox else None)
-        duration = self.clock() - start
-        if failure is None:
-            sizes = ", ".join(f"{k} {v}" for k, v in sorted(observed.items()))
-            return CanaryResult(
-                spec.handler,
-                True,
-                "CanaryPassed",
-                f"sandbox started with {spec.isolation} isolation"
-                + (f" ({sizes})" if sizes else "")
-                + (f"; cleanup failed: {cleanup_error}" if cleanup_error else ""),
-                duration,
-                sandbox[0] if sandbox else None,
-                observed,
-                cleanup_error,
-            )
-        reason, message = failure
-        if cleanup_error:
-            message += f"; cleanup failed: {cleanup_error}"
-        return CanaryResult(
-            spec.handler,
-            False,
-            reason,
-            message,
-            duration,
-            sandbox[0] if sandbox else None,
-            observed,
-            cleanup_error,
+        return _result(
+            spec,
+            failure,
+            self.clock() - start,
+            sandbox_id=sandbox[0] if sandbox else None,
+            observed=observed,
+            cleanup_error=cleanup_error,
         )
 
     def _probe(
@@ -415,3 +383,50 @@ def _cri_failure(handler: str, error: str) -> Failure:
             f"config.toml ({error})",
         )
     return ("SandboxFailed", error)
+
+
+def _failure(spec: CanarySpec, error: Exception) -> Failure:
+    """What stopped a probe, as the canary's failure."""
+    if isinstance(error, _Deadline | CommandTimeoutError):
+        return (
+            "CanaryTimeout",
+            f"the canary did not finish in {spec.timeout_seconds:.0f} s "
+            "(raise spec.canary.timeoutSeconds if the sandbox image is large)",
+        )
+    if isinstance(error, CancelledError):
+        return ("CanaryCancelled", "the agent stopped during the canary")
+    if isinstance(error, CriError):
+        return _cri_failure(spec.handler, str(error))
+    if isinstance(error, HcsError):
+        return ("HcsQueryFailed", str(error))
+    return ("CanaryFailed", str(error))
+
+
+def _result(
+    spec: CanarySpec,
+    failure: Failure | None,
+    duration: float,
+    *,
+    sandbox_id: str | None,
+    observed: dict[str, Any],
+    cleanup_error: str | None,
+) -> CanaryResult:
+    cleanup = f"; cleanup failed: {cleanup_error}" if cleanup_error else ""
+    if failure is None:
+        sizes = ", ".join(f"{k} {v}" for k, v in sorted(observed.items()))
+        message = f"sandbox started with {spec.isolation} isolation" + (
+            f" ({sizes})" if sizes else ""
+        )
+        passed, reason = True, "CanaryPassed"
+    else:
+        passed, (reason, message) = False, failure
+    return CanaryResult(
+        spec.handler,
+        passed,
+        reason,
+        message + cleanup,
+        duration,
+        sandbox_id,
+        observed,
+        cleanup_error,
+    )

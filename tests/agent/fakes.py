@@ -27,8 +27,9 @@ from typing import Any
 
 import tomli_w
 
-from wcow_agent.apply import NodeAgent, Timeouts
+from wcow_agent.attempt import Timeouts
 from wcow_agent.cluster import NodeObject, PlanObject, RolloutObject
+from wcow_agent.cycle import NodeAgent
 from wcow_agent.host.computecore import (
     COMPUTECORE_SIGNATURES,
     HCS_E_SYSTEM_NOT_FOUND,
@@ -38,7 +39,7 @@ from wcow_agent.host.computecore import (
 from wcow_agent.host.crictl import CrictlCri
 from wcow_agent.host.interfaces import CommandTimeoutError, ContainerdError, Host
 from wcow_agent.host.process import Completed
-from wcow_agent.host.simulated import effective_runtimes
+from wcow_agent.simulate.host import effective_runtimes
 from wcow_agent.state import Paths
 from wcow_contract.canonical import dump_json
 from wcow_contract.plan import Plan, dump_plan
@@ -157,10 +158,13 @@ class FakeNode:
         return self.agent_with(restart_timeout=restart_timeout)
 
     def agent_with(
-        self, restart_timeout: float = 60.0, adopt: frozenset[str] | set[str] = frozenset()
+        self,
+        restart_timeout: float = 60.0,
+        adopt: frozenset[str] | set[str] = frozenset(),
+        host: Host | None = None,
     ) -> NodeAgent:
         return NodeAgent(
-            self.host(),
+            host or self.host(),
             Paths(self.config),
             log_root=r"C:\ProgramData\wcow-agent",
             timeouts=Timeouts(restart=restart_timeout, cri_poll=2.0),

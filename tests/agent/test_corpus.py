@@ -247,8 +247,7 @@ def test_the_agent_checks_its_file_with_the_nodes_real_containerd(tmp_path: Path
     node, host = real_containerd_node(
         tmp_path, (CONFIGS / "v2-containerd-1.6-default.toml").read_text()
     )
-    agent = node.agent()
-    agent.host = host
+    agent = node.agent_with(host=host)
     agent.facts()
 
     report = agent.reconcile(PLAN)
@@ -266,8 +265,7 @@ def test_real_containerd_1x_does_not_see_a_v3_table_and_the_file_is_not_written(
     The pre-flight catches it with the node's own binary, before anything is written."""
     original = (CONFIGS / "v3-containerd-2.1-default.toml").read_text()
     node, host = real_containerd_node(tmp_path, original)
-    agent = node.agent()
-    agent.host = host
+    agent = node.agent_with(host=host)
 
     report = agent.reconcile(make_plan(hyperv()))
 
@@ -282,8 +280,7 @@ def test_real_containerd_1x_does_not_see_a_v3_table_and_the_file_is_not_written(
 @needs_containerd
 def test_real_containerd_refusing_to_load_a_file_stops_the_write(tmp_path: Path) -> None:
     node, host = real_containerd_node(tmp_path, (CONFIGS / "v2-minimal.toml").read_text())
-    agent = node.agent()
-    agent.host = host
+    agent = node.agent_with(host=host)
     plan = make_plan(hyperv())
     runtime = {**plan.handlers["hv"].runtime, "runtime_type": 1}  # containerd wants a string
 

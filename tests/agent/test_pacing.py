@@ -13,14 +13,17 @@ import pytest
 from tests.agent.conftest import hyperv, make_plan, process
 from tests.agent.fakes import FakeCluster, FakeNode
 from wcow_agent.agent import CycleReport
-from wcow_agent.apply import NodeAgent, Pace, Timeouts
+from wcow_agent.attempt import Timeouts
+from wcow_agent.cycle import NodeAgent
+from wcow_agent.gate import Pace
 from wcow_agent.health import Health
-from wcow_agent.host.simulated import Faults, HostSettings, SimulatedNode
 from wcow_agent.merge import MergeResult
 from wcow_agent.metrics import Metrics
 from wcow_agent.pacing import Permission, decide, holds_agent_tables, is_paced
-from wcow_agent.runner import AgentLoop, RunOptions
+from wcow_agent.runner import AgentLoop
+from wcow_agent.simulate.host import Faults, HostSettings, SimulatedNode
 from wcow_agent.state import AgentState, Paths, load_state
+from wcow_agent.watch import RunOptions
 from wcow_contract.rollout import Halt, Rollout
 
 NODE = "win-1"

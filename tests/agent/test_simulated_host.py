@@ -1,4 +1,4 @@
-"""The simulated Windows host (``wcow_agent.host.simulated``) under the real NodeAgent: it
+"""The simulated Windows host (``wcow_agent.simulate.host``) under the real NodeAgent: it
 must follow config.toml as containerd, CRI and HCS do, so that the agent's checks really
 pass or fail on it."""
 
@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from tests.agent.conftest import edited, hyperv, make_plan, process
-from wcow_agent.apply import NodeAgent, Timeouts
-from wcow_agent.host.simulated import (
+from wcow_agent.attempt import Timeouts
+from wcow_agent.cycle import NodeAgent
+from wcow_agent.simulate.host import (
     Fault,
     Faults,
     HostSettings,

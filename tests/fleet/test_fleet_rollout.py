@@ -53,7 +53,7 @@ from tests.fleet.paced import (
     settle,
     until,
 )
-from wcow_agent.simulate import Fleet
+from wcow_agent.simulate.fleet import Fleet
 from wcow_contract.labels import READY_VALUE, ready_label
 
 pytestmark = pytest.mark.e2e
