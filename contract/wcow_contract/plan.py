@@ -38,6 +38,7 @@ new optional profile field changes only the entries of the profiles that set it.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
@@ -103,6 +104,23 @@ class _Wire(BaseModel):
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
     )
 
+    def view(self) -> dict[str, Any]:
+        """This part as JSON data that shares the model's dicts and lists: to read or to
+        serialize, never to change (a plan's parts stay as they were rendered)."""
+        return {
+            field.alias or name: value.view() if isinstance(value, _Wire) else value
+            for name, field in type(self).model_fields.items()
+            if (value := getattr(self, name)) is not None or not self._omitted_when_none(name)
+        }
+
+    def document(self) -> dict[str, Any]:
+        """This part as JSON data of its own: the caller may change it."""
+        return copy.deepcopy(self.view())
+
+    @staticmethod
+    def _omitted_when_none(name: str) -> bool:
+        return False
+
 
 class PlanVm(_Wire):
     """The utility VM a Hyper-V handler asks for (what its canary checks)."""
@@ -137,11 +155,9 @@ class PlanEntry(_Wire):
     """The profile spec the entry was rendered from (``node_spec``). None only in an entry an
     operator wrote before entries carried it: the key is then absent, and agents refuse it."""
 
-    def document(self) -> dict[str, Any]:
-        """The entry as JSON data (a new object each time: callers may change it)."""
-        return self.model_dump(
-            by_alias=True, mode="json", exclude={"spec"} if self.spec is None else None
-        )
+    @staticmethod
+    def _omitted_when_none(name: str) -> bool:
+        return name == "spec"
 
 
 class Plan(_Wire):
@@ -156,9 +172,8 @@ class Plan(_Wire):
     hash: str
     """``sha256:<hex>`` over the canonical JSON of the document without ``hash``."""
 
-    def document(self) -> dict[str, Any]:
-        """The plan as JSON data, hash included (a new object each time)."""
-        body = plan_body({h: entry.document() for h, entry in self.handlers.items()})
+    def view(self) -> dict[str, Any]:
+        body = plan_body({h: entry.view() for h, entry in self.handlers.items()})
         return {**body, "hash": self.hash}
 
 
@@ -201,7 +216,7 @@ def plan_body(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         "kind": PLAN_KIND,
         "schemaVersion": PLAN_SCHEMA_VERSION,
         "runtimesPath": {str(v): list(path) for v, path in RUNTIMES_PATH.items()},
-        "handlers": {handler: dict(entries[handler]) for handler in sorted(entries)},
+        "handlers": {handler: entries[handler] for handler in sorted(entries)},
     }
 
 
@@ -213,7 +228,7 @@ def plan_document(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 def build_plan(entries: Mapping[str, PlanEntry]) -> Plan:
     """The plan for these handler entries (handler -> ``plan_entry``), with its hash."""
-    document = plan_document({handler: entry.document() for handler, entry in entries.items()})
+    document = plan_document({handler: entry.view() for handler, entry in entries.items()})
     return Plan(
         api_version=document["apiVersion"],
         kind=document["kind"],
@@ -231,4 +246,4 @@ def plan_for(profiles: Iterable[Profile]) -> Plan:
 
 def dump_plan(plan: Plan) -> str:
     """``plan.json`` as ``wcow render --out`` writes it (agents read any JSON layout)."""
-    return dump_json(plan.document())
+    return dump_json(plan.view())

@@ -55,7 +55,7 @@ def checked_entry(handler: Any, entry: Any) -> PlanEntry:
             f"names handler {shown(profile.handler)}, but the entry is for {handler!r}",
         )
     rendered = plan_entry(profile)
-    found = first_difference(entry, rendered.document())
+    found = first_difference(entry, rendered.view())
     if found is not None:
         path, got, expected = found
         raise EntryRefusedError(f"{handler}.{path}", not_rendered(got, expected))

@@ -58,7 +58,7 @@ def load_plan(text: str, source: str = "plan") -> Plan:
     # Every entry is the renderer's; the document around them must be too (runtimesPath is
     # never read, the agent has its own, but a plan that differs is not the operator's).
     typed = build_plan(checked)
-    expected = {key: value for key, value in typed.document().items() if key != "hash"}
+    expected = {key: value for key, value in typed.view().items() if key != "hash"}
     found = first_difference(body, expected)
     if found is not None:
         path, got, wanted = found

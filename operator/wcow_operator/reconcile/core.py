@@ -337,15 +337,15 @@ def _fit_plan(
     and changed ones are added by handler name while they fit; the rest wait and their
     profiles say why. (Never an emptier plan than needed: agents remove what leaves it.)"""
     plan = build_plan(entries)
-    size = _compact(plan.document())
+    size = _compact(plan.view())
     if size <= settings.plan_max_bytes:
         return plan
     previous = (observed_plan or {}).get("handlers") or {}
-    kept = {h: e for h, e in entries.items() if previous.get(h) == e.document()}
-    room = settings.plan_max_bytes - _compact(build_plan(kept).document())
+    kept = {h: e for h, e in entries.items() if previous.get(h) == e.view()}
+    room = settings.plan_max_bytes - _compact(build_plan(kept).view())
     for handler in sorted(set(entries) - set(kept)):
         # '"h":{...}' and a comma
-        cost = len(canonical_json({handler: entries[handler].document()})) - 1
+        cost = len(canonical_json({handler: entries[handler].view()})) - 1
         if cost <= room:
             kept[handler] = entries[handler]
             room -= cost
@@ -698,7 +698,7 @@ def reconcile(observed: Observed, settings: ReconcileSettings, now: datetime) ->
     conflicts = {h: sorted(names) for h, names in claims.items() if len(names) > 1}
 
     fitted = _fit_plan(_plan_entries(live, conflicts), observed.plan, live, settings)
-    plan = fitted.document()
+    plan = fitted.view()
     events: list[EventNote] = []
     statuses: dict[str, dict[str, Any]] = {}
     writes = _live_writes(live, conflicts, observed, events)

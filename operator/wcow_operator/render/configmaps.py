@@ -36,7 +36,7 @@ def plan_config_map(plan: Plan, namespace: str, *, paced: bool = False) -> dict[
             "annotations": annotations,
         },
         # Compact JSON: a ConfigMap holds at most 1 MiB, and agents parse it anyway.
-        "data": {PLAN_KEY: canonical_json(plan.document()).decode("utf-8")},
+        "data": {PLAN_KEY: canonical_json(plan.view()).decode("utf-8")},
     }
 
 
