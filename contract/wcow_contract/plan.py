@@ -33,7 +33,7 @@ that predate it ignore it, agents that check it refuse entries without it.
 
 Schema skew (docs/architecture.md): an agent accepts exactly what its own version renders,
 so a field it does not know refuses the plan; entries leave the spec's defaults out, so a
-new optional profile field changes only the entries of the profiles that set it.
+new optional profile field changes the plan only once a profile sets it.
 """
 
 from __future__ import annotations

@@ -212,6 +212,14 @@ def test_the_operator_reads_the_status_of_an_agent_without_the_newer_fields() ->
     assert status.handlers == parse_agent_status(STATUS_V1).handlers  # type: ignore[union-attr]
 
 
+def test_a_handler_state_the_operator_does_not_know_makes_the_status_unreadable() -> None:
+    """A new state is a new schema version: an operator one version behind reads the
+    report as no report."""
+    newer = json.loads(STATUS_V1)
+    newer["handlers"]["wcow-process"]["state"] = "Draining"
+    assert parse_agent_status(json.dumps(newer)) is None
+
+
 def test_a_status_of_another_schema_version_is_unreadable() -> None:
     """Read as no report at all (the node counts as not reporting), as a report that breaks
     the model is: never partly believed."""
