@@ -28,7 +28,7 @@ import aiohttp
 import jsonpatch
 from aiohttp import web
 
-from wcow_operator.api.errors import parse_profile
+from wcow_contract.errors import parse_profile
 from wcow_operator.handlers.certificates import self_signed
 from wcow_operator.reconcile.admission import MAX_CONTAINERS, Admitted, admit
 

@@ -43,7 +43,7 @@ from tests.e2e.operator_harness import (
     wait_for,
 )
 
-from wcow_operator.api.errors import parse_profile
+from wcow_contract.errors import parse_profile
 from wcow_operator.render.runtimeclass import render_runtime_class
 
 

@@ -32,8 +32,8 @@ import tomlkit
 from wcow_agent import files
 from wcow_agent.files import read_config
 from wcow_agent.merge import merge_config
-from wcow_operator.api.errors import parse_profile
-from wcow_operator.render.plan import plan_for
+from wcow_contract.errors import parse_profile
+from wcow_contract.plan import Plan, plan_for
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "tests" / "fixtures" / "configs" / "v2-containerd-1.7-default.toml"
@@ -66,7 +66,7 @@ def big_config(runtimes: int) -> str:
     return text[:at] + user_runtimes(runtimes).lstrip("\n") + "\n" + text[at:]
 
 
-def plan(handlers: int) -> dict[str, Any]:
+def plan(handlers: int) -> Plan:
     documents = []
     for index in range(handlers):
         spec: dict[str, Any] = {"isolation": "HyperV", "windowsBuild": "ltsc2022"}
@@ -99,7 +99,7 @@ def main() -> int:
     args = parser.parse_args()
 
     original = big_config(args.runtimes)
-    desired = {h: e["runtime"] for h, e in plan(args.handlers)["handlers"].items()}
+    desired = {h: e.runtime for h, e in plan(args.handlers).handlers.items()}
     writes = 0
     real_write = files.write_atomically
 

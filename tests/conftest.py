@@ -11,8 +11,8 @@ import pytest
 from kubernetes import client, config
 
 from tests.control_plane import BUILD_SCRIPT, missing_binaries, running
-from wcow_operator.api.errors import parse_profile
-from wcow_operator.api.v1alpha1 import WindowsRuntimeProfile
+from wcow_contract.errors import parse_profile
+from wcow_contract.v1alpha1 import WindowsRuntimeProfile
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "deploy" / "samples"

@@ -8,9 +8,10 @@
 #     -t ghcr.io/wcow-runtime/wcow-agent:0.1.0 --push .
 #
 # Python is the embeddable distribution from python.org, verified with its Sigstore bundle
-# against the release manager's identity; the packages are the locked runtime dependencies
-# (win_amd64 wheels, with hashes) and the agent with the parts of wcow_operator it imports
-# (api, render).
+# against the release manager's identity; the packages are the locked dependencies of the
+# `agent` group in pyproject.toml (win_amd64 wheels, with hashes: what wcow_agent and
+# wcow_contract import; no kopf, no cryptography) and the agent with the contract, without
+# wcow_operator.
 
 ARG BUILD_IMAGE=python:3.11.13-slim-bookworm
 ARG HOSTPROCESS_BASE=mcr.microsoft.com/oss/kubernetes/windows-host-process-containers-base-image:v1.0.0
@@ -33,21 +34,23 @@ RUN python -m sigstore verify identity --bundle /tmp/python.zip.sigstore \
  && tag=$(echo "${PYTHON_VERSION}" | cut -d. -f1,2 | tr -d .) \
  && printf 'python%s.zip\n.\nLib\\site-packages\nimport site\n' "$tag" > "/out/python/python${tag}._pth"
 COPY pyproject.toml uv.lock README.md ./
+COPY contract ./contract
 COPY operator ./operator
 COPY node-agent ./node-agent
 COPY crds ./crds
 RUN minor=$(echo "${PYTHON_VERSION}" | cut -d. -f1,2) \
- && uv export --frozen --no-dev --no-emit-project --format requirements-txt -o /tmp/requirements.txt \
+ && uv export --frozen --no-dev --only-group agent --no-emit-project --format requirements-txt \
+      -o /tmp/requirements.txt \
  && uv build --wheel --out-dir /tmp/dist \
  && uv pip install --python-platform x86_64-pc-windows-msvc --python-version "$minor" \
       --target /out/python/Lib/site-packages --require-hashes -r /tmp/requirements.txt \
  && uv pip install --python-platform x86_64-pc-windows-msvc --python-version "$minor" \
       --target /out/python/Lib/site-packages --no-deps /tmp/dist/*.whl \
- # The agent only: wcow_operator keeps api and render (all the agent may import, by the
- # import-linter contract); the controller and the console-script launchers go.
- && cd /out/python/Lib/site-packages/wcow_operator \
- && find . -mindepth 1 -maxdepth 1 ! -name api ! -name render ! -name __init__.py ! -name py.typed -exec rm -rf {} + \
- && rm -rf /out/python/Lib/site-packages/bin /out/python/Lib/site-packages/Scripts
+ # One distribution holds all three packages: this image runs only the agent, so the
+ # operator's package and the console-script launchers go (the agent never imports
+ # wcow_operator: an import-linter contract and a test say so).
+ && rm -rf /out/python/Lib/site-packages/wcow_operator \
+      /out/python/Lib/site-packages/bin /out/python/Lib/site-packages/Scripts
 
 FROM ${HOSTPROCESS_BASE}
 LABEL org.opencontainers.image.title="wcow-agent" \

@@ -13,6 +13,7 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 RUN pip install uv==0.13.9
 WORKDIR /src
 COPY pyproject.toml uv.lock README.md ./
+COPY contract ./contract
 COPY operator ./operator
 COPY node-agent ./node-agent
 COPY crds ./crds

@@ -1,28 +1,34 @@
 """The agent's decisions, pure: no I/O, no clock, no Kubernetes.
 
-``apply.py`` gathers facts from the host and executes; ``runner.py`` talks to the cluster.
-Everything that decides (whether to restart, which tables drifted, which handlers need a
+``cycle.py`` and its rooms gather facts from the host and act; ``runner.py`` talks to the
+cluster. Everything that decides (whether to restart, which tables drifted, which handlers need a
 canary, what the Node's labels and status annotation become) is here and unit-tested
 without fakes.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from wcow_agent.canary import CanaryResult
-from wcow_agent.host.containerd import version_tuple
-from wcow_agent.merge import BUILTIN_RUNTIMES_1_6, BUILTIN_RUNTIMES_1_7, MergeResult, table_hash
+from wcow_agent.host.containerd import config_version_for, version_tuple
+from wcow_agent.merge import (
+    BUILTIN_RUNTIMES_1_6,
+    BUILTIN_RUNTIMES_1_7,
+    MergeResult,
+    merge_config,
+    table_hash,
+)
 from wcow_agent.state import AgentState
-from wcow_operator.api.agent_status import (
+from wcow_contract.agent_status import (
     AgentStatus,
     HandlerState,
     HandlerStatus,
 )
-from wcow_operator.render.runtimeclass import READY_VALUE, ready_label
+from wcow_contract.labels import READY_VALUE, ready_label
+from wcow_contract.plan import PlanEntry
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,29 @@ def builtin_runtimes_for(containerd_version: str | None) -> Mapping[str, Mapping
     return BUILTIN_RUNTIMES_1_7
 
 
+def merge_on_host(
+    text: str,
+    desired: Mapping[str, Mapping[str, Any]],
+    state: AgentState,
+    containerd_version: str | None,
+    pristine: str | None,
+    *,
+    adopt: Collection[str] = (),
+) -> MergeResult:
+    """``merge_config`` for this node: what the agent owns and adopted, the built-in runtimes
+    and the config schema of its containerd."""
+    return merge_config(
+        text,
+        desired,
+        state.owned,
+        builtin_runtimes_for(containerd_version),
+        pristine,
+        fallback_version=config_version_for(containerd_version) if containerd_version else None,
+        adopt=adopt,
+        adopted=state.adopted,
+    )
+
+
 def restart_reason(state: AgentState, disk_hash: str | None) -> str | None:
     """Why containerd must restart before anything else, after a crash: a restart was
     begun and not confirmed, or the agent wrote the file on disk and containerd never came
@@ -120,8 +149,8 @@ def needs_canary(
     return forced or failed_before or state.canaried.get(handler) != table
 
 
-def canary_enabled(entry: Mapping[str, Any]) -> bool:
-    return bool((entry.get("canary") or {}).get("enabled", True))
+def canary_enabled(entry: PlanEntry) -> bool:
+    return entry.canary.enabled
 
 
 def build_status(
@@ -140,31 +169,13 @@ def build_status(
     if facts is None:
         return None
     old = previous.handlers if previous is not None else {}
-    handlers: dict[str, HandlerStatus] = {}
     if report.handlers is None:
         handlers = dict(old)
     else:
-        for name, outcome in sorted(report.handlers.items()):
-            before = old.get(name)
-            duration = outcome.canary_duration
-            message = outcome.message
-            generation = outcome.generation
-            if outcome.carried and before is not None and before.state == outcome.state:
-                duration = before.canary_duration_seconds if duration is None else duration
-                message = message or before.message
-                generation = before.profile_generation if generation is None else generation
-            handlers[name] = HandlerStatus(
-                state=outcome.state,
-                reason=outcome.reason,
-                message=message,  # escaped and clipped by the model
-                profile_generation=generation,
-                canary_duration_seconds=None if duration is None else round(duration, 3),
-                last_transition_time=(
-                    before.last_transition_time
-                    if before is not None and before.state == outcome.state
-                    else now
-                ),
-            )
+        handlers = {
+            name: handler_status(outcome, old.get(name), now)
+            for name, outcome in sorted(report.handlers.items())
+        }
     status = AgentStatus(
         host_build=facts.build,
         hyperv_available=facts.hyperv_available,
@@ -187,19 +198,34 @@ def build_status(
     return status
 
 
+def handler_status(
+    outcome: HandlerOutcome, before: HandlerStatus | None, now: str
+) -> HandlerStatus:
+    """One handler's status; a carried outcome keeps what the last report said of it."""
+    duration = outcome.canary_duration
+    message = outcome.message
+    generation = outcome.generation
+    same_state = before is not None and before.state == outcome.state
+    if outcome.carried and before is not None and same_state:
+        duration = before.canary_duration_seconds if duration is None else duration
+        message = message or before.message
+        generation = before.profile_generation if generation is None else generation
+    return HandlerStatus(
+        state=outcome.state,
+        reason=outcome.reason,
+        message=message,  # escaped and clipped by the model
+        profile_generation=generation,
+        canary_duration_seconds=None if duration is None else round(duration, 3),
+        last_transition_time=before.last_transition_time
+        if before is not None and same_state
+        else now,
+    )
+
+
 def _content(status: AgentStatus) -> dict[str, Any]:
     data = status.model_dump(by_alias=True)
     data.pop("updatedAt", None)
     return data
-
-
-def status_json(status: AgentStatus) -> str:
-    """Compact, key-sorted JSON: the same status always gives the same annotation text."""
-    return json.dumps(
-        status.model_dump(by_alias=True, exclude_none=True),
-        sort_keys=True,
-        separators=(",", ":"),
-    )
 
 
 def ready_handlers(report: CycleReport) -> set[str] | None:

@@ -39,6 +39,7 @@ from wcow_agent.host.interfaces import (
     HcsError,
     HostError,
 )
+from wcow_contract.plan import PlanEntry
 
 CANARY_NAMESPACE = "wcow-canary"
 CANARY_LABEL = "runtime.wcow.dev/canary"
@@ -67,18 +68,17 @@ class CanarySpec:
     ``runtime_path`` as that executable when the handler names one."""
 
     @classmethod
-    def from_plan(cls, handler: str, entry: Mapping[str, Any]) -> CanarySpec:
-        canary = entry.get("canary") or {}
-        vm = entry.get("vm") or {}
+    def from_plan(cls, handler: str, entry: PlanEntry) -> CanarySpec:
+        vm = entry.vm
         return cls(
             handler=handler,
-            isolation=str(entry["isolation"]),
-            timeout_seconds=float(canary.get("timeoutSeconds") or 180),
-            image=canary.get("image") or None,
-            processor_count=vm.get("processorCount"),
-            memory_mb=vm.get("memoryMB"),
-            fully_physically_backed=bool(vm.get("fullyPhysicallyBacked")),
-            shim_owner=shim_owner((entry.get("runtime") or {}).get("runtime_path")),
+            isolation=entry.isolation,
+            timeout_seconds=float(entry.canary.timeout_seconds or 180),
+            image=entry.canary.image or None,
+            processor_count=vm.processor_count if vm is not None else None,
+            memory_mb=vm.memory_mb if vm is not None else None,
+            fully_physically_backed=vm is not None and vm.fully_physically_backed,
+            shim_owner=shim_owner(entry.runtime.get("runtime_path")),
         )
 
 
@@ -281,49 +281,17 @@ class Canary:
         failure: Failure | None
         try:
             failure = self._probe(spec, run_id, remaining, sandbox, observed)
-        except (_Deadline, CommandTimeoutError):
-            failure = (
-                "CanaryTimeout",
-                f"the canary did not finish in {spec.timeout_seconds:.0f} s "
-                "(raise spec.canary.timeoutSeconds if the sandbox image is large)",
-            )
-        except CancelledError:
-            failure = ("CanaryCancelled", "the agent stopped during the canary")
-        except CriError as error:
-            failure = _cri_failure(spec.handler, str(error))
-        except HcsError as error:
-            failure = ("HcsQueryFailed", str(error))
-        except HostError as error:
-            failure = ("CanaryFailed", str(error))
+        except (_Deadline, HostError) as error:
+            failure = _failure(spec, error)
         finally:
             cleanup_error = self.cleanup(run_id, sandbox[0] if sandbox else None)
-        duration = self.clock() - start
-        if failure is None:
-            sizes = ", ".join(f"{k} {v}" for k, v in sorted(observed.items()))
-            return CanaryResult(
-                spec.handler,
-                True,
-                "CanaryPassed",
-                f"sandbox started with {spec.isolation} isolation"
-                + (f" ({sizes})" if sizes else "")
-                + (f"; cleanup failed: {cleanup_error}" if cleanup_error else ""),
-                duration,
-                sandbox[0] if sandbox else None,
-                observed,
-                cleanup_error,
-            )
-        reason, message = failure
-        if cleanup_error:
-            message += f"; cleanup failed: {cleanup_error}"
-        return CanaryResult(
-            spec.handler,
-            False,
-            reason,
-            message,
-            duration,
-            sandbox[0] if sandbox else None,
-            observed,
-            cleanup_error,
+        return _result(
+            spec,
+            failure,
+            self.clock() - start,
+            sandbox_id=sandbox[0] if sandbox else None,
+            observed=observed,
+            cleanup_error=cleanup_error,
         )
 
     def _probe(
@@ -415,3 +383,50 @@ def _cri_failure(handler: str, error: str) -> Failure:
             f"config.toml ({error})",
         )
     return ("SandboxFailed", error)
+
+
+def _failure(spec: CanarySpec, error: Exception) -> Failure:
+    """What stopped a probe, as the canary's failure."""
+    if isinstance(error, _Deadline | CommandTimeoutError):
+        return (
+            "CanaryTimeout",
+            f"the canary did not finish in {spec.timeout_seconds:.0f} s "
+            "(raise spec.canary.timeoutSeconds if the sandbox image is large)",
+        )
+    if isinstance(error, CancelledError):
+        return ("CanaryCancelled", "the agent stopped during the canary")
+    if isinstance(error, CriError):
+        return _cri_failure(spec.handler, str(error))
+    if isinstance(error, HcsError):
+        return ("HcsQueryFailed", str(error))
+    return ("CanaryFailed", str(error))
+
+
+def _result(
+    spec: CanarySpec,
+    failure: Failure | None,
+    duration: float,
+    *,
+    sandbox_id: str | None,
+    observed: dict[str, Any],
+    cleanup_error: str | None,
+) -> CanaryResult:
+    cleanup = f"; cleanup failed: {cleanup_error}" if cleanup_error else ""
+    if failure is None:
+        sizes = ", ".join(f"{k} {v}" for k, v in sorted(observed.items()))
+        message = f"sandbox started with {spec.isolation} isolation" + (
+            f" ({sizes})" if sizes else ""
+        )
+        passed, reason = True, "CanaryPassed"
+    else:
+        passed, (reason, message) = False, failure
+    return CanaryResult(
+        spec.handler,
+        passed,
+        reason,
+        message + cleanup,
+        duration,
+        sandbox_id,
+        observed,
+        cleanup_error,
+    )

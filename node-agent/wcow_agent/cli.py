@@ -6,7 +6,7 @@
   config.toml), for the demo and for nodes managed without Kubernetes.
 - ``uninstall``: remove every table, file, label and annotation the agent owns.
 - ``canary``: prove handlers on this node now and print the results (no labels).
-- ``simulate``: N simulated Windows nodes running the real agent loop (``simulate.py``).
+- ``simulate``: N simulated Windows nodes running the real agent loop (``simulate/``).
 
 Exit codes: 0 ok, 1 failed (the message says why), 2 usage or environment.
 """
@@ -21,14 +21,16 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wcow_agent.apply import NodeAgent, Timeouts, UninstallError
+from wcow_agent.attempt import Timeouts
 from wcow_agent.canary import Canary, CanarySpec
 from wcow_agent.cluster import Cluster, ClusterError
+from wcow_agent.cycle import NodeAgent
 from wcow_agent.eligibility import Host as EligibilityHost
-from wcow_agent.eligibility import classify_handlers
+from wcow_agent.eligibility import Refusal, classify_handlers
 from wcow_agent.files import FileLock, LockedError, read_config, write_atomically
 from wcow_agent.health import Health, HealthServer
 from wcow_agent.host.interfaces import Host, HostError
@@ -39,16 +41,24 @@ from wcow_agent.host.windows import (
     default_work_dir,
     windows_host,
 )
-from wcow_agent.merge import BUILTIN_RUNTIMES_1_6, BUILTIN_RUNTIMES_1_7, ConfigError, merge_config
+from wcow_agent.merge import (
+    BUILTIN_RUNTIMES_1_6,
+    BUILTIN_RUNTIMES_1_7,
+    ConfigError,
+    MergeResult,
+    merge_config,
+)
 from wcow_agent.metrics import Metrics
 from wcow_agent.plan import PlanError, load_plan
-from wcow_agent.runner import AgentLoop, RunOptions
-from wcow_agent.simulate import add_parser as _add_simulate
-from wcow_agent.state import PRISTINE_SUFFIX, STATE_SUFFIX, Paths, load_state, save_state
-from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION
-from wcow_operator.api.validation import is_dns1123_label
-from wcow_operator.api.windows_builds import parse_windows_build
-from wcow_operator.render.runtimeclass import READY_VALUE, ready_label
+from wcow_agent.runner import AgentLoop
+from wcow_agent.simulate.fleet import add_parser as _add_simulate
+from wcow_agent.state import PRISTINE_SUFFIX, STATE_SUFFIX, Paths, StateJournal
+from wcow_agent.uninstall import UninstallError
+from wcow_agent.watch import RunOptions
+from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_contract.labels import READY_VALUE, ready_label
+from wcow_contract.validation import is_dns1123_label
+from wcow_contract.windows_builds import parse_windows_build
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -81,49 +91,61 @@ def _read_existing(config: Path) -> str:
     return read_config(config)
 
 
-def cmd_merge(args: argparse.Namespace) -> int:
-    config = Path(args.config)
-    state_file = _state_path(config, args.state)
-    try:
-        host = EligibilityHost(
-            parse_windows_build(args.host_build),
-            hyperv_available=args.hyperv,
-            containerd_version=_LINE_VERSIONS[args.containerd_version],
-        )
-        plan = load_plan(Path(args.plan).read_text(encoding="utf-8"), args.plan)
-        before = _read_existing(config)
-        eligible, refused = classify_handlers(plan["handlers"], host)
-        state, warning = load_state(state_file)
-        if warning:
-            print(f"warning: {warning}", file=sys.stderr)
-        pristine_path = config.with_name(config.name + PRISTINE_SUFFIX)
-        pristine = read_config(pristine_path) if pristine_path.exists() else None
-        builtins = (
-            BUILTIN_RUNTIMES_1_6 if args.containerd_version == "1.6" else BUILTIN_RUNTIMES_1_7
-        )
-        result = merge_config(
-            before,
-            {handler: entry["runtime"] for handler, entry in eligible.items()},
-            state.owned,
-            builtins,
-            pristine,
-            fallback_version=3 if args.containerd_version == "2" else 2,
-            adopt=args.adopt_handlers,
-            adopted=state.adopted,
-        )
-    except (ConfigError, PlanError, ValueError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_FAILED
+@dataclass(frozen=True)
+class _OfflineMerge:
+    config: Path
+    journal: StateJournal
+    before: str
+    pristine: str | None
+    refused: dict[str, Refusal]
+    result: MergeResult
 
-    for handler, why in refused.items():
+    @property
+    def pristine_path(self) -> Path:
+        return self.config.with_name(self.config.name + PRISTINE_SUFFIX)
+
+
+def _merge_offline(args: argparse.Namespace) -> _OfflineMerge:
+    """The handlers this host can run, merged into the file (nothing written yet)."""
+    config = Path(args.config)
+    host = EligibilityHost(
+        parse_windows_build(args.host_build),
+        hyperv_available=args.hyperv,
+        containerd_version=_LINE_VERSIONS[args.containerd_version],
+    )
+    plan = load_plan(Path(args.plan).read_text(encoding="utf-8"), args.plan)
+    before = _read_existing(config)
+    eligible, refused = classify_handlers(plan.handlers, host)
+    journal, warning = StateJournal.load(_state_path(config, args.state))
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+    pristine_path = config.with_name(config.name + PRISTINE_SUFFIX)
+    pristine = read_config(pristine_path) if pristine_path.exists() else None
+    builtins = BUILTIN_RUNTIMES_1_6 if args.containerd_version == "1.6" else BUILTIN_RUNTIMES_1_7
+    result = merge_config(
+        before,
+        {handler: entry.runtime for handler, entry in eligible.items()},
+        journal.state.owned,
+        builtins,
+        pristine,
+        fallback_version=3 if args.containerd_version == "2" else 2,
+        adopt=args.adopt_handlers,
+        adopted=journal.state.adopted,
+    )
+    return _OfflineMerge(config, journal, before, pristine, refused, result)
+
+
+def _say_what_merge_does(merge: _OfflineMerge) -> None:
+    result = merge.result
+    for handler, why in merge.refused.items():
         print(f"not eligible: {handler}: {why.message}", file=sys.stderr)
     for handler, reason in result.conflicts.items():
         print(f"conflict: {handler}: {reason}", file=sys.stderr)
     for handler, table in sorted(result.adopted.items()):
         print(
             f"adopted: {handler}: replaces the hand-written table "
-            f"{json.dumps(table, sort_keys=True)} (kept in {state_file.name}, written back "
-            "when the handler leaves the plan)",
+            f"{json.dumps(table, sort_keys=True)} (kept in {merge.journal.path.name}, written "
+            "back when the handler leaves the plan)",
             file=sys.stderr,
         )
     for handler in result.restored:
@@ -138,30 +160,44 @@ def cmd_merge(args: argparse.Namespace) -> int:
         if names
     )
     print(f"config version {result.version}: {summary or 'no change'}", file=sys.stderr)
+
+
+def _write_merge(merge: _OfflineMerge) -> None:
+    """Write the file (atomically, keeping a backup) and the ownership, under the lock."""
+    result, config, journal = merge.result, merge.config, merge.journal
+    with FileLock(Paths(config).lock):
+        if result.owned and not journal.state.owned and merge.pristine is None:
+            # The file before the agent's first change: removing everything restores it.
+            write_atomically(merge.pristine_path, merge.before, backup=False)
+        if result.changed(merge.before):
+            write_atomically(config, result.text)
+            print(
+                f"wrote {config} (previous file kept as {config.name}.wcow-backup); "
+                "restart containerd to load it",
+                file=sys.stderr,
+            )
+        adopted = {
+            handler: table
+            for handler, table in {**journal.state.adopted, **result.adopted}.items()
+            if handler not in result.restored
+        }
+        journal.merged_offline(result.owned, adopted)
+        if not result.owned:
+            merge.pristine_path.unlink(missing_ok=True)
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    try:
+        merge = _merge_offline(args)
+    except (ConfigError, PlanError, ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    _say_what_merge_does(merge)
     if not args.write:
-        sys.stdout.write(result.diff(before, config.name))
+        sys.stdout.write(merge.result.diff(merge.before, merge.config.name))
         return EXIT_OK
     try:
-        with FileLock(Paths(config).lock):
-            if result.owned and not state.owned and pristine is None:
-                # The file before the agent's first change: removing everything restores it.
-                write_atomically(pristine_path, before, backup=False)
-            if result.changed(before):
-                write_atomically(config, result.text)
-                print(
-                    f"wrote {config} (previous file kept as {config.name}.wcow-backup); "
-                    "restart containerd to load it",
-                    file=sys.stderr,
-                )
-            state.owned = result.owned
-            state.adopted = {
-                handler: table
-                for handler, table in {**state.adopted, **result.adopted}.items()
-                if handler not in result.restored
-            }
-            save_state(state_file, state)
-            if not result.owned:
-                pristine_path.unlink(missing_ok=True)
+        _write_merge(merge)
     except LockedError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_FAILED
@@ -539,14 +575,14 @@ def run_canaries(args: argparse.Namespace, host_factory: HostFactory) -> int:
     except (PlanError, OSError, HostError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    unknown = [h for h in args.handlers if h not in plan["handlers"]]
+    unknown = [h for h in args.handlers if h not in plan.handlers]
     if unknown:
         print(f"error: not in the plan: {', '.join(unknown)}", file=sys.stderr)
         return EXIT_USAGE
     canary = Canary(host.cri, host.hcs, args.work_dir or default_work_dir())
     code = EXIT_OK
     for handler in args.handlers:
-        result = canary.run(CanarySpec.from_plan(handler, plan["handlers"][handler]), stop)
+        result = canary.run(CanarySpec.from_plan(handler, plan.handlers[handler]), stop)
         print(
             json.dumps(
                 {

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from wcow_agent.containerd_lines import first_line_honouring, line_for, unsupported
-from wcow_operator.api.windows_builds import (
+from wcow_contract.plan import PlanEntry
+from wcow_contract.windows_builds import (
     WindowsBuild,
     isolation_refusal,
     parse_windows_build,
@@ -30,7 +30,7 @@ class Refusal:
     message: str
 
 
-def refusal(entry: Mapping[str, Any], host: Host) -> Refusal | None:
+def refusal(entry: PlanEntry, host: Host) -> Refusal | None:
     """Why ``host`` cannot run this plan entry, or None when it can."""
     found = _isolation_refusal(entry, host)
     if found is None and host.containerd_version is not None:
@@ -38,10 +38,10 @@ def refusal(entry: Mapping[str, Any], host: Host) -> Refusal | None:
     return found
 
 
-def containerd_refusal(entry: Mapping[str, Any], version: str) -> Refusal | None:
+def containerd_refusal(entry: PlanEntry, version: str) -> Refusal | None:
     """Why containerd ``version`` cannot honour this entry's table: it would drop part of it
     silently (``containerd_lines``), so the handler would run without what it promises."""
-    table = entry.get("runtime") or {}
+    table = entry.runtime
     dropped = unsupported(table, version)
     if not dropped:
         return None
@@ -59,17 +59,17 @@ def containerd_refusal(entry: Mapping[str, Any], version: str) -> Refusal | None
     )
 
 
-def _isolation_refusal(entry: Mapping[str, Any], host: Host) -> Refusal | None:
-    guest = parse_windows_build(entry["windowsBuild"]) if entry.get("windowsBuild") else None
-    found = isolation_refusal(entry["isolation"], guest, host.build, host.hyperv_available)
+def _isolation_refusal(entry: PlanEntry, host: Host) -> Refusal | None:
+    guest = parse_windows_build(entry.windows_build) if entry.windows_build else None
+    found = isolation_refusal(entry.isolation, guest, host.build, host.hyperv_available)
     return Refusal(*found) if found else None
 
 
 def classify_handlers(
-    handlers: Mapping[str, Mapping[str, Any]], host: Host
-) -> tuple[dict[str, Mapping[str, Any]], dict[str, Refusal]]:
+    handlers: Mapping[str, PlanEntry], host: Host
+) -> tuple[dict[str, PlanEntry], dict[str, Refusal]]:
     """(eligible handler -> entry, ineligible handler -> refusal)."""
-    eligible: dict[str, Mapping[str, Any]] = {}
+    eligible: dict[str, PlanEntry] = {}
     refused: dict[str, Refusal] = {}
     for handler in sorted(handlers):
         found = refusal(handlers[handler], host)

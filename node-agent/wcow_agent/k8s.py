@@ -21,8 +21,8 @@ from wcow_agent.cluster import (
     WatchExpiredError,
 )
 from wcow_agent.pacing import is_paced
-from wcow_operator.api.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY
-from wcow_operator.render.plan import PLAN_CONFIGMAP, PLAN_KEY
+from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_KEY
+from wcow_contract.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY
 
 ApiException = kubernetes.client.exceptions.ApiException
 

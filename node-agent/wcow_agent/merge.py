@@ -35,7 +35,7 @@ from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import Table
 
 from wcow_agent import tomltext
-from wcow_operator.render.containerd import RUNTIMES_PATH
+from wcow_contract.runtime_table import RUNTIMES_PATH
 
 MARKER = "managed by wcow-agent: edit the WindowsRuntimeProfile, not this table"
 DEFAULT_RUNTIME = "runhcs-wcow-process"
@@ -393,12 +393,7 @@ def merge_config(
     not write it; ``adopted`` holds the tables taken over before (handler -> data), written
     back when the agent no longer wants that handler.
     """
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"config.toml is not valid TOML: {error}") from None
-    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
-        raise ConfigError("config.toml is refused: values nested too deeply") from None
+    data = _parsed(text)
     version = config_version(data, fallback_version)
     path = RUNTIMES_PATH[version]
     decision = _decide(
@@ -412,20 +407,7 @@ def merge_config(
         adopted=adopted,
     )
     version_line = "" if "version" in data else f"version = {version}"
-    merged = text
-    if decision.remove or decision.put:
-        edit = _LineEdit(text, tomltext.scan_headers(text.splitlines(keepends=True)), decision)
-        spliced = edit.splice(version_line)
-        if spliced is not None and edit.verified(spliced, data, version_line):
-            merged = spliced
-        else:
-            merged = _edit_tomlkit(text, decision, version_line)
-            if not _means(merged, data, decision, version_line):
-                raise ConfigError(
-                    "config.toml defines runtimes in a layout wcow-agent cannot edit safely "
-                    "(dotted keys or inline tables under the runtimes map); write those "
-                    "runtimes as [table] sections, then retry"
-                )
+    merged = _edited(text, data, decision, version_line)
     return MergeResult(
         text=_finish(merged, version_line, pristine, version, bool(decision.owned)),
         version=version,
@@ -437,6 +419,34 @@ def merge_config(
         adopted=decision.adopted,
         restored=decision.restored,
     )
+
+
+def _parsed(text: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"config.toml is not valid TOML: {error}") from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise ConfigError("config.toml is refused: values nested too deeply") from None
+
+
+def _edited(text: str, data: Mapping[str, Any], decision: _Decision, version_line: str) -> str:
+    """``text`` with the decision carried out: by line surgery when its result means what
+    it should, else through tomlkit, else refused."""
+    if not (decision.remove or decision.put):
+        return text
+    edit = _LineEdit(text, tomltext.scan_headers(text.splitlines(keepends=True)), decision)
+    spliced = edit.splice(version_line)
+    if spliced is not None and edit.verified(spliced, data, version_line):
+        return spliced
+    merged = _edit_tomlkit(text, decision, version_line)
+    if not _means(merged, data, decision, version_line):
+        raise ConfigError(
+            "config.toml defines runtimes in a layout wcow-agent cannot edit safely "
+            "(dotted keys or inline tables under the runtimes map); write those "
+            "runtimes as [table] sections, then retry"
+        )
+    return merged
 
 
 class _LineEdit:

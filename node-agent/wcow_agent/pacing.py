@@ -2,8 +2,8 @@
 
 The operator marks a plan it paces (``runtime.wcow.dev/rollout: paced`` on the plan
 ConfigMap) and writes beside it the rollout ConfigMap naming the nodes that may change to
-that plan (``wcow_operator.api.rollout``). Pure: the cluster's view comes in as data, the
-verdict goes out as data; ``apply.py`` acts on it.
+that plan (``wcow_contract.rollout``). Pure: the cluster's view comes in as data, the
+verdict goes out as data; ``gate.py`` acts on it.
 
 The rules, in order:
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from wcow_agent.merge import MergeResult
-from wcow_operator.api.rollout import (
+from wcow_contract.rollout import (
     PACED_ANNOTATION,
     PACED_VALUE,
     ROLLOUT_CONFIGMAP,

@@ -14,18 +14,22 @@ escaped), before any of it reaches config.toml.
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from wcow_operator.api.text import shown
-from wcow_operator.render.plan import PLAN_KIND, PLAN_SCHEMA_VERSION, build_plan, plan_hash
-from wcow_operator.render.plan_check import entry_problem, first_difference, not_rendered
+from wcow_contract.plan import PLAN_KIND, PLAN_SCHEMA_VERSION, Plan, build_plan, plan_hash
+from wcow_contract.plan_check import (
+    EntryRefusedError,
+    checked_entry,
+    first_difference,
+    not_rendered,
+)
+from wcow_contract.text import shown
 
 
 class PlanError(ValueError):
     pass
 
 
-def load_plan(text: str, source: str = "plan") -> dict[str, Any]:
+def load_plan(text: str, source: str = "plan") -> Plan:
     try:
         plan = json.loads(text)
     except json.JSONDecodeError as error:
@@ -45,16 +49,18 @@ def load_plan(text: str, source: str = "plan") -> dict[str, Any]:
     handlers = plan.get("handlers")
     if not isinstance(handlers, dict):
         raise PlanError(f"{source}: handlers: must be an object of handler -> entry")
+    checked = {}
     for handler, entry in handlers.items():
-        problem = entry_problem(handler, entry)
-        if problem is not None:
-            field, message = problem
-            raise PlanError(f"{source}: handlers.{field}: {message}")
+        try:
+            checked[handler] = checked_entry(handler, entry)
+        except EntryRefusedError as refused:
+            raise PlanError(f"{source}: handlers.{refused.field}: {refused.why}") from None
     # Every entry is the renderer's; the document around them must be too (runtimesPath is
     # never read, the agent has its own, but a plan that differs is not the operator's).
-    expected = {key: value for key, value in build_plan(handlers).items() if key != "hash"}
+    typed = build_plan(checked)
+    expected = {key: value for key, value in typed.view().items() if key != "hash"}
     found = first_difference(body, expected)
     if found is not None:
         path, got, wanted = found
         raise PlanError(f"{source}: {path}: {not_rendered(got, wanted)}")
-    return plan
+    return typed

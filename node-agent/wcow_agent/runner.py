@@ -14,9 +14,8 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from collections.abc import Callable
+from dataclasses import replace
 
 from wcow_agent.agent import (
     CycleReport,
@@ -24,9 +23,7 @@ from wcow_agent.agent import (
     build_status,
     label_changes,
     ready_handlers,
-    status_json,
 )
-from wcow_agent.apply import NodeAgent, Pace
 from wcow_agent.canary import CLEANUP_TIMEOUT, CanarySpec
 from wcow_agent.cluster import (
     CANARY_REQUEST_ANNOTATION,
@@ -35,35 +32,24 @@ from wcow_agent.cluster import (
     NodeObject,
     PlanObject,
     RolloutObject,
-    WatchExpiredError,
 )
+from wcow_agent.cycle import NodeAgent
+from wcow_agent.gate import Pace
 from wcow_agent.health import Health
 from wcow_agent.metrics import Metrics
-from wcow_agent.pacing import Permission
-from wcow_agent.plan import PlanError, load_plan
-from wcow_agent.state import load_state, save_state, text_hash
-from wcow_operator.api.agent_status import (
+from wcow_agent.state import StateJournal, load_state, text_hash
+from wcow_agent.watch import ClusterView, RunOptions
+from wcow_contract.agent_status import (
     AGENT_STATUS_ANNOTATION,
     AgentStatus,
+    dump_agent_status,
     parse_agent_status,
 )
-from wcow_operator.render.plan import PLAN_CONFIGMAP, PLAN_KEY
+from wcow_contract.plan import Plan
 
 log = logging.getLogger("wcow_agent")
 
-Watched = TypeVar("Watched", PlanObject, RolloutObject)
-
-WATCH_TIMEOUT_SECONDS = 300
 WAIT_SLICE_SECONDS = 1.0
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    node_name: str
-    namespace: str = "wcow-system"
-    resync_seconds: float = 300.0
-    drift_check_seconds: float = 30.0
-    retry_seconds: float = 30.0
 
 
 def utc_now() -> str:
@@ -92,126 +78,28 @@ class AgentLoop:
         self.clock = clock
         self.now = now
         self.wake = threading.Event()
-        self._plan_lock = threading.Lock()
-        self._plan: PlanObject | None = None
-        self._rollout: RolloutObject | None = None
-        self._rollout_view: tuple[object, ...] | None = None
+        self.view = ClusterView(cluster, options, metrics, stop, self.wake)
         self._last_plan_error: str | None = None
         self._status: AgentStatus | None = None
         self._config_fingerprint: str | None = None
         self._last_events: set[tuple[str, str, bool]] = set()
         self.ports: dict[str, int] = {}  # where the metrics and health servers listen
 
-    # -- the plan --------------------------------------------------------------------
+    # -- the plan and the rollout (``watch.ClusterView``) ---------------------------------
 
     def on_plan(self, plan: PlanObject) -> None:
-        with self._plan_lock:
-            same = self._plan is not None and (self._plan.exists, self._plan.text) == (
-                plan.exists,
-                plan.text,
-            )
-            self._plan = plan
-        if not same:
-            self.wake.set()
+        self.view.on_plan(plan)
 
     def on_rollout(self, rollout: RolloutObject) -> None:
-        """Wake the loop only when what the rollout says about this node changed: another
-        node let in is no reason for a cycle here."""
-        view = Permission.of(True, rollout.exists, rollout.text, self.options.namespace).view(
-            self.options.node_name
-        )
-        with self._plan_lock:
-            same = self._rollout_view == view
-            self._rollout = rollout
-            self._rollout_view = view
-        if not same:
-            self.wake.set()
+        self.view.on_rollout(rollout)
 
     def watch_forever(self) -> None:
-        """The plan ConfigMap; runs in its own thread until ``stop``."""
-        self._follow("plan", self.cluster.get_plan, self.cluster.watch_plan, self.on_plan)
-
-    def watch_rollout_forever(self) -> None:
-        """The rollout ConfigMap; runs in its own thread until ``stop``."""
-        self._follow(
-            "rollout", self.cluster.get_rollout, self.cluster.watch_rollout, self.on_rollout
-        )
-
-    def _follow(
-        self,
-        what: str,
-        get: Callable[[str], Watched],
-        watch: Callable[[str, str | None, int], Iterator[Watched]],
-        on: Callable[[Watched], None],
-    ) -> None:
-        """List, then watch from that resourceVersion; list again on 410 or errors."""
-        backoff = 1.0
-        resource_version: str | None = None
-        while not self.stop.is_set():
-            try:
-                if resource_version is None:
-                    current = get(self.options.namespace)
-                    on(current)
-                    resource_version = current.resource_version or ""
-                for current in watch(
-                    self.options.namespace, resource_version or None, WATCH_TIMEOUT_SECONDS
-                ):
-                    on(current)
-                    resource_version = current.resource_version or resource_version
-                    if self.stop.is_set():
-                        return
-                backoff = 1.0
-            except WatchExpiredError:
-                resource_version = None
-            except ClusterError as error:
-                self.metrics.cluster_errors.inc()
-                log.warning("%s watch: %s (retrying in %.0f s)", what, error, backoff)
-                resource_version = None
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, 60.0)
-
-    def current_permission(self) -> Permission:
-        """Whether the current plan is paced, and the rollout as last seen (read once if
-        the watch has not delivered it yet). Unreadable: nobody is let in."""
-        with self._plan_lock:
-            plan, rollout = self._plan, self._rollout
-        paced = plan is not None and plan.paced
-        if not paced:
-            return Permission(paced=False)
-        if rollout is None:
-            try:
-                rollout = self.cluster.get_rollout(self.options.namespace)
-            except ClusterError as error:
-                self.metrics.cluster_errors.inc()
-                return Permission(True, None, f"cannot read the rollout: {error}")
-            self.on_rollout(rollout)
-        return Permission.of(True, rollout.exists, rollout.text, self.options.namespace)
-
-    def current_plan(self) -> tuple[Mapping[str, Any] | None, str | None]:
-        """(the plan, why there is none)."""
-        with self._plan_lock:
-            plan = self._plan
-        if plan is None:
-            try:
-                plan = self.cluster.get_plan(self.options.namespace)
-            except ClusterError as error:
-                self.metrics.cluster_errors.inc()
-                return None, f"cannot read the plan: {error}"
-            self.on_plan(plan)
-        source = f"ConfigMap {self.options.namespace}/{PLAN_CONFIGMAP}"
-        if not plan.exists:
-            return None, f"{source} does not exist (is wcow-operator running?)"
-        if plan.text is None:
-            return None, f"{source} has no key {PLAN_KEY}"
-        try:
-            return load_plan(plan.text, source), None
-        except PlanError as error:
-            return None, str(error)
+        self.view.watch_plan_forever()
 
     # -- one cycle -------------------------------------------------------------------
 
     def cycle(self) -> CycleReport:
-        plan, plan_error = self.current_plan()
+        plan, plan_error = self.view.plan()
         if plan_error and plan_error != self._last_plan_error:
             self.metrics.plan_errors.inc()
             log.warning("%s; keeping config.toml and the Node's labels as they are", plan_error)
@@ -227,15 +115,14 @@ class AgentLoop:
 
         self.health.busy(self._cycle_bound(plan))
         pace = Pace(
-            self.current_permission(),
+            self.view.permission(),
             self.options.node_name,
             lambda notice: self._announce(node, previous, notice),
         )
         report = self.agent.reconcile(plan, force_canary=force, pace=pace)
         if force and not self.stop.is_set():
-            state, _ = load_state(self.agent.paths.state)
-            state.canary_request = request
-            save_state(self.agent.paths.state, state)
+            journal, _ = StateJournal.load(self.agent.paths.state)
+            journal.canary_request_served(request)
         self.metrics.record(report)
         self._log(report)
         if plan_error and plan_error != self._last_plan_error:
@@ -245,12 +132,12 @@ class AgentLoop:
         self.health.idle(ready=error is None and report.facts is not None, error=error or "")
         return report
 
-    def _cycle_bound(self, plan: Mapping[str, Any] | None) -> float:
+    def _cycle_bound(self, plan: Plan | None) -> float:
         """How long a cycle may take before /healthz calls it stuck."""
         restarts = 3 * self.agent.timeouts.restart
         canaries = sum(
             CanarySpec.from_plan(h, entry).timeout_seconds + 2 * CLEANUP_TIMEOUT
-            for h, entry in (plan or {}).get("handlers", {}).items()
+            for h, entry in (plan.handlers if plan is not None else {}).items()
         )
         return restarts + canaries + 120.0
 
@@ -285,7 +172,7 @@ class AgentLoop:
         if status is None:
             return False
         status = status.model_copy(update={"waiting": None})
-        text = status_json(status)
+        text = dump_agent_status(status)
         if node.annotations.get(AGENT_STATUS_ANNOTATION) == text:
             return True
         try:
@@ -308,7 +195,7 @@ class AgentLoop:
         labels = label_changes(node.labels, ready) if ready is not None else {}
         annotations: dict[str, str | None] = {}
         if status is not None:
-            text = status_json(status)
+            text = dump_agent_status(status)
             if node.annotations.get(AGENT_STATUS_ANNOTATION) != text:
                 annotations[AGENT_STATUS_ANNOTATION] = text
         try:
@@ -356,8 +243,8 @@ class AgentLoop:
     def run(self) -> None:
         """Until ``stop``: a cycle at start, then on plan changes, resyncs and drift."""
         for target, name in (
-            (self.watch_forever, "plan-watch"),
-            (self.watch_rollout_forever, "rollout-watch"),
+            (self.view.watch_plan_forever, "plan-watch"),
+            (self.view.watch_rollout_forever, "rollout-watch"),
         ):
             threading.Thread(target=target, name=name, daemon=True).start()
         next_cycle = self.clock()

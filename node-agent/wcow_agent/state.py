@@ -1,14 +1,18 @@
 """What the agent remembers on the node, next to config.toml.
 
 ``config.toml.wcow-state.json`` survives agent restarts and upgrades; it is what makes an
-apply crash-safe (see ``apply.py``). Losing it is not fatal: ownership falls back to the
+apply crash-safe (see ``attempt.py``). Losing it is not fatal: ownership falls back to the
 marker comment on each table, and the agent assumes containerd runs the file on disk.
+
+Every change is one of ``StateJournal``'s named steps, and its ``_write`` is the one place
+the file is written: what an agent killed at any line leaves behind is one of those steps.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,5 +160,143 @@ def load_state(path: Path) -> tuple[AgentState, str | None]:
         return AgentState(), f"ignoring unreadable state file {path}: {error}"
 
 
-def save_state(path: Path, state: AgentState) -> None:
-    write_atomically(path, state.to_json(), backup=False)
+class StateJournal:
+    """The state of one cycle (or one command), changed only through the steps below, each
+    written to disk before it returns."""
+
+    def __init__(self, path: Path, state: AgentState) -> None:
+        self.path = path
+        self.state = state
+
+    @classmethod
+    def load(cls, path: Path) -> tuple[StateJournal, str | None]:
+        """The journal of the state on disk, and a warning when that was unreadable."""
+        state, warning = load_state(path)
+        return cls(path, state), warning
+
+    def _write(self) -> None:
+        write_atomically(self.path, self.state.to_json(), backup=False)
+
+    # -- what containerd runs --------------------------------------------------------
+
+    def containerd_runs(self, text_hash: str) -> None:
+        """What containerd runs, as found (first contact, or a file someone else wrote)."""
+        self.state.loaded = text_hash
+        self._write()
+
+    def came_up(self, text_hash: str) -> None:
+        """containerd answered after a restart, running this file."""
+        self.state.loaded = text_hash
+        self.state.restart_pending = False
+        self._write()
+
+    # -- the transaction (attempt.py) ------------------------------------------------
+
+    def intend(
+        self,
+        owned: Mapping[str, str],
+        adopted: Mapping[str, dict[str, Any]],
+        created: bool,
+        written: str,
+    ) -> None:
+        """Before config.toml is replaced: the union of old and new ownership (a table
+        written is never mistaken for a user's), the replaced hand-written tables, and the
+        hash of the file about to be written."""
+        self.state.owned = dict(owned)
+        self.state.adopted = dict(adopted)
+        self.state.created_config = self.state.created_config or created
+        self.state.written = written
+        self._write()
+
+    def restart_begun(self) -> None:
+        """The new file is on disk; containerd is about to restart (``recovery`` if the
+        agent dies before ``came_up``)."""
+        self.state.restart_pending = True
+        self._write()
+
+    def applied(self, loaded: str, owned: Mapping[str, str], restored: Iterable[str]) -> None:
+        """containerd came up with the new file: it owns what the merge wrote, and the
+        hand-written tables it gave back are no longer kept."""
+        self.state.loaded = loaded
+        self.state.restart_pending = False
+        self.state.owned = dict(owned)
+        for handler in restored:
+            self.state.adopted.pop(handler, None)
+        self._write()
+
+    def reject(self, text_hash: str, why: str) -> None:
+        """containerd will not run this file: never try it again (unless let in anew)."""
+        self.state.rejected[text_hash] = why
+        self._write()
+
+    def wrote_back(self, written: str | None, rejected: tuple[str, str] | None = None) -> None:
+        """The previous file is on disk again (None: the agent's own file is gone), and,
+        from a recovery, the file that did not come up (hash, why)."""
+        if rejected is not None:
+            self.state.rejected[rejected[0]] = rejected[1]
+        self.state.written = written
+        self._write()
+
+    def rolled_back(
+        self, owned: Mapping[str, str], adopted: Mapping[str, dict[str, Any]], loaded: str | None
+    ) -> None:
+        """After a rollback: ownership as before the attempt; what containerd runs when it
+        came up with the previous file (None: it did not)."""
+        self.state.owned = dict(owned)
+        self.state.adopted = dict(adopted)
+        if loaded is not None:
+            self.state.loaded = loaded
+            self.state.restart_pending = False
+        self._write()
+
+    def merged_offline(
+        self, owned: Mapping[str, str], adopted: Mapping[str, dict[str, Any]]
+    ) -> None:
+        """``merge --write``: the tables written without a restart (containerd has not
+        loaded them: a running agent finds out at its next canary)."""
+        self.state.owned = dict(owned)
+        self.state.adopted = dict(adopted)
+        self._write()
+
+    # -- the attempt at a plan (gate.py) ---------------------------------------------
+
+    def attempt_begun(
+        self, plan: str, grant: str | None, unproven: list[str], retry: str | None
+    ) -> None:
+        """The node starts changing to ``plan`` under ``grant``; ``retry``: a file rejected
+        under an earlier permission for this plan, tried once more."""
+        if retry is not None:
+            self.state.rejected.pop(retry, None)
+        self.state.attempted_plan, self.state.attempt_grant = plan, grant
+        self.state.unproven = unproven
+        self._write()
+
+    def attempt_widened(self, unproven: list[str]) -> None:
+        self.state.unproven = unproven
+        self._write()
+
+    def plan_taken(self, plan: str) -> None:
+        """A plan that leaves config.toml as it is, taken without an attempt."""
+        self.state.unproven = []
+        self.state.attempted_plan, self.state.attempt_grant = plan, None
+        self._write()
+
+    def attempt_settled(self, unproven: list[str], applied: str | None) -> None:
+        self.state.unproven, self.state.applied_plan = unproven, applied
+        self._write()
+
+    # -- canaries (proving.py) ---------------------------------------------------------
+
+    def canary_passed(self, handler: str, table: str) -> None:
+        self.state.canaried[handler] = table
+        self._write()
+
+    def canary_failed(self, handler: str, restart: bool) -> None:
+        """``restart``: containerd runs an older file than the one on disk; restart it."""
+        self.state.canaried.pop(handler, None)
+        self.state.restart_pending = self.state.restart_pending or restart
+        self._write()
+
+    def canary_request_served(self, request: str | None) -> None:
+        self.state.canary_request = request
+        self._write()

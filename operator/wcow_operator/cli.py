@@ -17,14 +17,15 @@ from typing import Any, NoReturn
 
 import yaml
 
-from wcow_operator.api.crd import custom_resource_definition
-from wcow_operator.api.errors import ProfileInvalidError, parse_profile
-from wcow_operator.api.reference import markdown_reference
-from wcow_operator.api.text import shown
-from wcow_operator.api.v1alpha1 import API_VERSION, KIND, WindowsRuntimeProfile
+from wcow_contract.crd import custom_resource_definition
+from wcow_contract.errors import ProfileInvalidError, parse_profile
+from wcow_contract.plan import dump_plan
+from wcow_contract.reference import markdown_reference
+from wcow_contract.text import shown
+from wcow_contract.v1alpha1 import API_VERSION, KIND, WindowsRuntimeProfile
 from wcow_operator.reconcile.admission import Refused, admit
 from wcow_operator.render.bundle import ProfileConflictError, Rendered, render_all
-from wcow_operator.render.plan import dump_plan, plan_config_map
+from wcow_operator.render.configmaps import plan_config_map
 from wcow_operator.render.serialize import dump_yaml, dump_yaml_documents
 
 EXIT_INVALID = 1
@@ -303,7 +304,7 @@ def cmd_admit(args: argparse.Namespace) -> int:
     return EXIT_INVALID if refusals else 0
 
 
-CRD_HEADER = "# Generated from wcow_operator/api/v1alpha1.py by `wcow crd`. Do not edit.\n"
+CRD_HEADER = "# Generated from wcow_contract/v1alpha1.py by `wcow crd`. Do not edit.\n"
 
 
 def crd_yaml() -> str:

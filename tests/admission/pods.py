@@ -6,8 +6,8 @@ import copy
 from typing import Any
 
 from tests.conftest import profile_document
-from wcow_operator.api.errors import parse_profile
-from wcow_operator.api.v1alpha1 import WindowsRuntimeProfile
+from wcow_contract.errors import parse_profile
+from wcow_contract.v1alpha1 import WindowsRuntimeProfile
 
 FROM_LIMITS = {"sizing": "FromPodLimits", "maxProcessorCount": 8, "maxMemoryMB": 8192}
 

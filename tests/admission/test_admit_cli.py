@@ -12,7 +12,7 @@ import yaml
 
 from tests.admission.pods import FROM_LIMITS, container, pod
 from tests.conftest import SAMPLES, profile_document
-from wcow_operator.api.hcs_annotations import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
+from wcow_contract.hcs_annotations import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
 from wcow_operator.cli import main
 
 

@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.admission.pods import FROM_LIMITS, pod, profile, profiles
-from wcow_operator.api import hcs_annotations as hcs
-from wcow_operator.api.quantity import QuantityError, parse_quantity
-from wcow_operator.api.v1alpha1 import WindowsRuntimeProfile
+from wcow_contract import hcs_annotations as hcs
+from wcow_contract.quantity import QuantityError, parse_quantity
+from wcow_contract.v1alpha1 import WindowsRuntimeProfile
 from wcow_operator.reconcile.admission import (
     MAX_CONTAINERS,
     Admitted,

@@ -9,9 +9,9 @@ import pytest
 
 from tests.conftest import profile_document
 from tests.unit.test_crd import cel_accepts, pydantic_accepts
-from wcow_operator.api.errors import ProfileInvalidError, parse_profile
-from wcow_operator.api.v1alpha1 import SIZING_ANNOTATIONS, VM_ANNOTATIONS
-from wcow_operator.render.containerd import runtime_table
+from wcow_contract.errors import ProfileInvalidError, parse_profile
+from wcow_contract.runtime_table import runtime_table
+from wcow_contract.v1alpha1 import SIZING_ANNOTATIONS, VM_ANNOTATIONS
 
 FROM_LIMITS = {"sizing": "FromPodLimits", "maxProcessorCount": 8, "maxMemoryMB": 8192}
 

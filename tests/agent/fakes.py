@@ -27,8 +27,9 @@ from typing import Any
 
 import tomli_w
 
-from wcow_agent.apply import NodeAgent, Timeouts
+from wcow_agent.attempt import Timeouts
 from wcow_agent.cluster import NodeObject, PlanObject, RolloutObject
+from wcow_agent.cycle import NodeAgent
 from wcow_agent.host.computecore import (
     COMPUTECORE_SIGNATURES,
     HCS_E_SYSTEM_NOT_FOUND,
@@ -38,11 +39,12 @@ from wcow_agent.host.computecore import (
 from wcow_agent.host.crictl import CrictlCri
 from wcow_agent.host.interfaces import CommandTimeoutError, ContainerdError, Host
 from wcow_agent.host.process import Completed
-from wcow_agent.host.simulated import effective_runtimes
+from wcow_agent.simulate.host import effective_runtimes
 from wcow_agent.state import Paths
-from wcow_operator.api.windows_builds import WindowsBuild
-from wcow_operator.render.containerd import RUNTIMES_PATH
-from wcow_operator.render.plan import dump_plan
+from wcow_contract.canonical import dump_json
+from wcow_contract.plan import Plan, dump_plan
+from wcow_contract.runtime_table import RUNTIMES_PATH
+from wcow_contract.windows_builds import WindowsBuild
 
 WIRE = Path(__file__).resolve().parent / "wire"
 CONFIGS = Path(__file__).resolve().parent.parent / "fixtures" / "configs"
@@ -156,10 +158,13 @@ class FakeNode:
         return self.agent_with(restart_timeout=restart_timeout)
 
     def agent_with(
-        self, restart_timeout: float = 60.0, adopt: frozenset[str] | set[str] = frozenset()
+        self,
+        restart_timeout: float = 60.0,
+        adopt: frozenset[str] | set[str] = frozenset(),
+        host: Host | None = None,
     ) -> NodeAgent:
         return NodeAgent(
-            self.host(),
+            host or self.host(),
             Paths(self.config),
             log_root=r"C:\ProgramData\wcow-agent",
             timeouts=Timeouts(restart=restart_timeout, cri_poll=2.0),
@@ -612,13 +617,14 @@ class FakeCluster:
         self.rollout_queue: queue.Queue[RolloutObject] = queue.Queue()
         self._versions = itertools.count(100)
 
-    def set_plan(self, plan: Mapping[str, Any] | None, paced: bool = False) -> PlanObject:
+    def set_plan(self, plan: Plan | Mapping[str, Any] | None, paced: bool = False) -> PlanObject:
+        """The plan ConfigMap holding ``plan`` (a document as it is: a forged one, say)."""
         version = str(next(self._versions))
-        self.plan = (
-            PlanObject(False, None, version)
-            if plan is None
-            else PlanObject(True, dump_plan(plan), version, paced=paced)
-        )
+        if plan is None:
+            self.plan = PlanObject(False, None, version)
+        else:
+            text = dump_plan(plan) if isinstance(plan, Plan) else dump_json(plan)
+            self.plan = PlanObject(True, text, version, paced=paced)
         return self.plan
 
     def set_rollout(self, text: str | None) -> RolloutObject:

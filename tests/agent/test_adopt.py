@@ -13,12 +13,13 @@ import pytest
 
 from tests.agent.conftest import DEFAULT_17, hyperv, make_plan
 from tests.agent.fakes import FakeNode
-from wcow_agent.agent import build_status, status_json
+from wcow_agent.agent import build_status
 from wcow_agent.cli import build_parser
 from wcow_agent.cli import main as agent_main
 from wcow_agent.merge import MARKER, merge_config
 from wcow_agent.state import load_state
-from wcow_operator.render.plan import dump_plan
+from wcow_contract.agent_status import dump_agent_status
+from wcow_contract.plan import dump_plan
 
 HANDLER = "runhcs-wcow-hypervisor"
 V2_PATH = ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes")
@@ -55,7 +56,7 @@ def test_adoption_takes_the_table_over_once_and_reports_what_it_replaced(
 
     outcome = (report.handlers or {})[HANDLER]
     assert (outcome.state, outcome.reason) == ("Ready", "CanaryPassed")
-    assert runtimes(node.config.read_text())[HANDLER] == plan["handlers"][HANDLER]["runtime"]
+    assert runtimes(node.config.read_text())[HANDLER] == plan.handlers[HANDLER].runtime
     assert MARKER in node.config.read_text()
     # The replaced table is kept (state file) and said: event, log and status annotation.
     state, _ = load_state(node.root / "config.toml.wcow-state.json")
@@ -65,7 +66,7 @@ def test_adoption_takes_the_table_over_once_and_reports_what_it_replaced(
     assert '"SandboxIsolation":1' in adopted[0][1]
     status = build_status(report, None, "2026-01-01T00:00:00Z")
     assert status is not None
-    annotation = json.loads(status_json(status))["handlers"][HANDLER]
+    annotation = json.loads(dump_agent_status(status))["handlers"][HANDLER]
     assert "adopted the hand-written table" in annotation["message"]
 
     # Once: the table is the agent's now; a rerun changes nothing and adopts nothing.

@@ -45,7 +45,7 @@ def test_first_apply_writes_once_restarts_once_and_proves_each_handler(node: Fak
     # containerd now runs the merged file, which holds both handlers next to the defaults.
     assert node.running_text == node.disk_text()
     loaded = runtimes(node.running_text)
-    assert loaded["hv"] == plan["handlers"]["hv"]["runtime"]
+    assert loaded["hv"] == plan.handlers["hv"].runtime
     assert {"runhcs-wcow-process", "runhcs-wcow-hypervisor", "hv", "proc"} <= set(loaded)
     assert (node.root / "config.toml.wcow-backup").read_text() == DEFAULT_17
     # The node's containerd checked the candidate before it replaced anything.

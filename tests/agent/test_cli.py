@@ -17,9 +17,10 @@ from wcow_agent.cli import build_parser, main, run_canaries, uninstall
 from wcow_agent.files import FileLock
 from wcow_agent.health import Health
 from wcow_agent.metrics import Metrics
-from wcow_agent.runner import AgentLoop, RunOptions
+from wcow_agent.runner import AgentLoop
+from wcow_agent.watch import RunOptions
+from wcow_contract.plan import dump_plan
 from wcow_operator.cli import main as wcow_main
-from wcow_operator.render.plan import dump_plan
 
 
 def applied(node: FakeNode, cluster: FakeCluster) -> None:

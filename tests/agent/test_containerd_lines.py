@@ -11,13 +11,14 @@ import pytest
 
 from tests.agent.conftest import hyperv, make_plan, process
 from tests.agent.fakes import CONFIGS, FakeNode
-from wcow_agent.agent import build_status, status_json
+from wcow_agent.agent import build_status
 from wcow_agent.cli import main as agent_main
 from wcow_agent.containerd_lines import LINES, line_for, unsupported
 from wcow_agent.eligibility import Host, classify_handlers
-from wcow_operator.api.runhcs_options import RUNHCS_OPTIONS
-from wcow_operator.api.windows_builds import WindowsBuild
-from wcow_operator.render.plan import dump_plan
+from wcow_contract.agent_status import dump_agent_status
+from wcow_contract.plan import dump_plan
+from wcow_contract.runhcs_options import RUNHCS_OPTIONS
+from wcow_contract.windows_builds import WindowsBuild
 
 DEFAULT_16 = (CONFIGS / "v2-containerd-1.6-default.toml").read_text(encoding="utf-8")
 
@@ -50,9 +51,9 @@ def test_versions_map_to_their_line(version: str, line: str) -> None:
 
 
 def test_what_containerd_16_drops_names_the_profile_fields() -> None:
-    table = make_plan(hyperv(vm={**RESERVE_VM, "inheritHostTimezone": False}))["handlers"]["hv"][
-        "runtime"
-    ]
+    table = (
+        make_plan(hyperv(vm={**RESERVE_VM, "inheritHostTimezone": False})).handlers["hv"].runtime
+    )
     dropped = unsupported(table, "1.6.39")
     assert len(dropped) == 1
     for field in (
@@ -71,7 +72,7 @@ def test_what_containerd_16_drops_names_the_profile_fields() -> None:
 def test_eligibility_refuses_a_handler_containerd_would_strip() -> None:
     plan = make_plan(hyperv("reserve", vm=RESERVE_VM), hyperv("plain"), process())
     host = Host(WindowsBuild(20348), hyperv_available=True, containerd_version="1.6.39")
-    eligible, refused = classify_handlers(plan["handlers"], host)
+    eligible, refused = classify_handlers(plan.handlers, host)
     assert sorted(eligible) == ["plain", "proc"]
     assert refused["reserve"].reason == "ContainerdTooOld"
     assert "containerd 1.6.39" in refused["reserve"].message
@@ -95,7 +96,7 @@ def test_on_containerd_16_the_node_reports_it_and_never_writes_it(tmp_path: Path
     assert "plain" in node.loaded_runtimes()
     status = build_status(report, None, "2026-01-01T00:00:00Z")
     assert status is not None
-    annotation = json.loads(status_json(status))
+    annotation = json.loads(dump_agent_status(status))
     assert annotation["handlers"]["reserve"]["reason"] == "ContainerdTooOld"
     assert "spec.vm.processorLimit" in annotation["handlers"]["reserve"]["message"]
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.agent.conftest import hyperv, make_plan, process
+from tests.agent.conftest import edited, hyperv, make_plan, process
 from tests.agent.fakes import CONFIGS, FakeContainerd, FakeNode
 from tests.containerd import CONTAINERD, config_dump, needs_containerd
 from wcow_agent.containerd_lines import line_for, unsupported
@@ -25,14 +25,13 @@ from wcow_agent.host.containerd import ContainerdCli
 from wcow_agent.host.interfaces import Host
 from wcow_agent.host.process import SubprocessRunner
 from wcow_agent.merge import BUILTIN_RUNTIMES_1_6, merge_config
-from wcow_operator.render.containerd import RUNTIMES_PATH
-from wcow_operator.render.plan import build_plan
+from wcow_contract.runtime_table import RUNTIMES_PATH
 
 CORPUS = sorted(p for p in CONFIGS.glob("*.toml") if not p.name.startswith("v1"))
 PLAN = make_plan(
     hyperv(), process(), hyperv("hv-reserve", vm={"memoryMB": 4096, "fullyPhysicallyBacked": True})
 )
-DESIRED = {h: e["runtime"] for h, e in PLAN["handlers"].items()}
+DESIRED = {h: e.runtime for h, e in PLAN.handlers.items()}
 
 
 def variants() -> list[tuple[str, str]]:
@@ -248,8 +247,7 @@ def test_the_agent_checks_its_file_with_the_nodes_real_containerd(tmp_path: Path
     node, host = real_containerd_node(
         tmp_path, (CONFIGS / "v2-containerd-1.6-default.toml").read_text()
     )
-    agent = node.agent()
-    agent.host = host
+    agent = node.agent_with(host=host)
     agent.facts()
 
     report = agent.reconcile(PLAN)
@@ -267,8 +265,7 @@ def test_real_containerd_1x_does_not_see_a_v3_table_and_the_file_is_not_written(
     The pre-flight catches it with the node's own binary, before anything is written."""
     original = (CONFIGS / "v3-containerd-2.1-default.toml").read_text()
     node, host = real_containerd_node(tmp_path, original)
-    agent = node.agent()
-    agent.host = host
+    agent = node.agent_with(host=host)
 
     report = agent.reconcile(make_plan(hyperv()))
 
@@ -283,12 +280,11 @@ def test_real_containerd_1x_does_not_see_a_v3_table_and_the_file_is_not_written(
 @needs_containerd
 def test_real_containerd_refusing_to_load_a_file_stops_the_write(tmp_path: Path) -> None:
     node, host = real_containerd_node(tmp_path, (CONFIGS / "v2-minimal.toml").read_text())
-    agent = node.agent()
-    agent.host = host
-    bad = make_plan(hyperv())
-    bad["handlers"]["hv"]["runtime"]["runtime_type"] = 1  # containerd wants a string
+    agent = node.agent_with(host=host)
+    plan = make_plan(hyperv())
+    runtime = {**plan.handlers["hv"].runtime, "runtime_type": 1}  # containerd wants a string
 
-    report = agent.reconcile(build_plan(bad["handlers"]))
+    report = agent.reconcile(edited(plan, "hv", runtime=runtime))
 
     assert report.result == "rejected"
     assert "cannot load the merged file" in (report.handlers or {})["hv"].message

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.agent.conftest import hyperv, make_plan
 from wcow_agent.agent import (
     CycleReport,
     HandlerOutcome,
@@ -14,7 +15,6 @@ from wcow_agent.agent import (
     label_changes,
     needs_canary,
     restart_reason,
-    status_json,
 )
 from wcow_agent.canary import (
     CanarySpec,
@@ -28,7 +28,7 @@ from wcow_agent.host.containerd import config_version_for, parse_containerd_vers
 from wcow_agent.host.crictl import parse_info
 from wcow_agent.host.windows import build_from_registry
 from wcow_agent.state import AgentState
-from wcow_operator.api.agent_status import AgentStatus, parse_agent_status
+from wcow_contract.agent_status import AgentStatus, dump_agent_status, parse_agent_status
 
 FACTS = HostFacts("10.0.20348", True, "1.7.20")
 
@@ -48,7 +48,7 @@ def test_status_follows_the_shared_contract_and_keeps_transition_times() -> None
         report(hv=HandlerOutcome("Ready", "CanaryPassed", "ok", 3, 12.3456)), None, "T1"
     )
     assert first is not None
-    text = status_json(first)
+    text = dump_agent_status(first)
     # What the operator reads back with the same model.
     parsed = AgentStatus.model_validate_json(text)
     assert parsed.handlers["hv"].state == "Ready"
@@ -270,11 +270,9 @@ def test_cri_info_conditions_and_handlers() -> None:
 def test_a_shim_named_by_runtime_path_owns_its_vm_under_its_own_name() -> None:
     """hcsshim reports its own binary's base name as Owner; containerd launches the file
     runtime_path names, so a renamed shim owns the VM under that name."""
-    entry = {
-        "isolation": "HyperV",
-        "runtime": {"runtime_path": r"C:\shims\runhcs-v0.12.exe", "runtime_type": "x"},
-    }
-    spec = CanarySpec.from_plan("hv", entry)
+    plain = make_plan(hyperv()).handlers["hv"]
+    runtime = {"runtime_path": r"C:\shims\runhcs-v0.12.exe", "runtime_type": "x"}
+    spec = CanarySpec.from_plan("hv", plain.model_copy(update={"runtime": runtime}))
     assert spec.shim_owner == "runhcs-v0.12.exe"
     renamed = {**VM, "Owner": "runhcs-v0.12.exe"}
     assert check_isolation(spec, "s", [renamed]) is None
@@ -283,4 +281,4 @@ def test_a_shim_named_by_runtime_path_owns_its_vm_under_its_own_name() -> None:
     assert failure is not None
     assert "not runhcs-v0.12.exe" in failure[1]
     # Without runtime_path the shim is containerd-shim-runhcs-v1.exe, as before.
-    assert check_isolation(CanarySpec.from_plan("hv", {"isolation": "HyperV"}), "s", [VM]) is None
+    assert check_isolation(CanarySpec.from_plan("hv", plain), "s", [VM]) is None

@@ -11,12 +11,11 @@ import pytest
 
 from tests.agent.conftest import hyperv, make_plan
 from tests.agent.fakes import FakeNode
-from wcow_agent.agent import status_json
 from wcow_agent.cli import build_parser
 from wcow_agent.cli import main as agent_main
 from wcow_agent.metrics import Metrics
-from wcow_operator.api.agent_status import AgentStatus
-from wcow_operator.render.plan import dump_plan
+from wcow_contract.agent_status import AgentStatus, dump_agent_status
+from wcow_contract.plan import dump_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "agent.md").read_text(encoding="utf-8")
@@ -67,7 +66,7 @@ def test_every_metric_is_documented() -> None:
 def test_the_example_status_is_what_the_agent_writes() -> None:
     text = (ROOT / "examples" / "agent-status.json").read_text(encoding="utf-8")
     status = AgentStatus.model_validate_json(text)
-    assert json.loads(status_json(status)) == json.loads(text)
+    assert json.loads(dump_agent_status(status)) == json.loads(text)
     assert {h.state for h in status.handlers.values()} >= {"Ready", "Failed", "NotEligible"}
 
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent.conftest import DEFAULT_17, hyperv, make_plan
+from tests.agent.conftest import DEFAULT_17, forge, hyperv, make_plan
 from tests.agent.fakes import CONFIGS, FakeNode
 from wcow_agent.cli import main as agent_main
 from wcow_agent.files import sweep_temp_files, write_atomically
 from wcow_agent.host.filesecurity import PosixFileSecurity, platform_file_security
 from wcow_agent.plan import PlanError, load_plan
-from wcow_operator.render.plan import build_plan, dump_plan
+from wcow_contract.plan import dump_plan
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX modes and links")
 
@@ -141,9 +141,9 @@ def test_the_host_layer_copies_security_before_the_rename(tmp_path: Path) -> Non
 
 
 def bad_plan(handler: str, **changes: object) -> str:
-    entry = dict(make_plan(hyperv())["handlers"]["hv"])
+    entry = make_plan(hyperv()).handlers["hv"].document()
     entry.update(changes)
-    return dump_plan(build_plan({handler: entry}))
+    return forge({handler: entry})
 
 
 @pytest.mark.parametrize(
@@ -196,5 +196,5 @@ def test_merge_names_the_field_of_a_bad_handler_name(
 
 def test_a_good_plan_still_loads() -> None:
     text = dump_plan(make_plan(hyperv(), hyperv("reserve", vm={"processorLimit": 50000})))
-    assert set(load_plan(text)["handlers"]) == {"hv", "reserve"}
+    assert set(load_plan(text).handlers) == {"hv", "reserve"}
     assert json.loads(text)["handlers"]["hv"]["isolation"] == "HyperV"

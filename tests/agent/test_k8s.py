@@ -262,15 +262,13 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-def test_only_the_adapter_imports_kubernetes_and_only_api_and_render_of_the_operator() -> None:
+def test_only_the_adapter_imports_kubernetes_and_nothing_imports_the_operator() -> None:
     for path in sorted(AGENT.rglob("*.py")):
         imported = _imports(path)
         if path.name != "k8s.py":
             assert not {n for n in imported if n.split(".")[0] == "kubernetes"}, path
-        operator = {n for n in imported if n.startswith("wcow_operator")}
-        assert all(n.startswith(("wcow_operator.api", "wcow_operator.render")) for n in operator), (
-            f"{path.name} imports {operator}"
-        )
+        operator = {n for n in imported if n.split(".")[0] == "wcow_operator"}
+        assert not operator, f"{path.name} imports {operator}: use wcow_contract"
 
 
 def test_containerd_1_6_hostprocess_token_is_found_under_the_sandbox_mount(

@@ -13,15 +13,18 @@ import pytest
 from tests.agent.conftest import hyperv, make_plan, process
 from tests.agent.fakes import FakeCluster, FakeNode
 from wcow_agent.agent import CycleReport
-from wcow_agent.apply import NodeAgent, Pace, Timeouts
+from wcow_agent.attempt import Timeouts
+from wcow_agent.cycle import NodeAgent
+from wcow_agent.gate import Pace
 from wcow_agent.health import Health
-from wcow_agent.host.simulated import Faults, HostSettings, SimulatedNode
 from wcow_agent.merge import MergeResult
 from wcow_agent.metrics import Metrics
 from wcow_agent.pacing import Permission, decide, holds_agent_tables, is_paced
-from wcow_agent.runner import AgentLoop, RunOptions
+from wcow_agent.runner import AgentLoop
+from wcow_agent.simulate.host import Faults, HostSettings, SimulatedNode
 from wcow_agent.state import AgentState, Paths, load_state
-from wcow_operator.api.rollout import Halt, Rollout
+from wcow_agent.watch import RunOptions
+from wcow_contract.rollout import Halt, Rollout
 
 NODE = "win-1"
 NS = "wcow-system"
@@ -149,7 +152,7 @@ def test_the_plan_annotation_and_the_attempt_survive_in_their_formats() -> None:
 
 PLAN_1 = make_plan(hyperv())
 PLAN_2 = make_plan(hyperv(vm={"processorCount": 2, "memoryMB": 4096}), process())
-H1, H2 = str(PLAN_1["hash"]), str(PLAN_2["hash"])
+H1, H2 = PLAN_1.hash, PLAN_2.hash
 
 
 class Announcements:
@@ -243,7 +246,7 @@ def test_a_change_that_leaves_config_toml_alone_is_adopted_without_permission(
     assert report.result == "unchanged"
     assert (node.disk_text(), len(node.restarts), told.seen) == (before, restarts, [])
     assert states(report)["hv25"][0] == "NotEligible"
-    assert (report.applied_plan_hash, report.attempted_plan_hash) == (plan["hash"], plan["hash"])
+    assert (report.applied_plan_hash, report.attempted_plan_hash) == (plan.hash, plan.hash)
 
 
 def test_a_new_node_takes_the_current_plan_at_once(node: FakeNode) -> None:

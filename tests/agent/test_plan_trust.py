@@ -9,7 +9,6 @@ every plan the renderer makes from valid profiles is accepted (property test).
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 from collections.abc import Callable
@@ -20,27 +19,27 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tests.agent.conftest import DEFAULT_17, hyperv, make_plan, process
+from tests.agent.conftest import DEFAULT_17, forge, hyperv, make_plan, process
 from tests.agent.fakes import CONFIGS, FakeCluster, FakeNode
 from tests.agent.test_runner import make_loop, sample
 from tests.conftest import profile_document
 from wcow_agent.cli import main as agent_main
 from wcow_agent.plan import PlanError, load_plan
-from wcow_operator.api.errors import ProfileInvalidError, parse_profile
-from wcow_operator.api.runhcs_options import NCPROXY_PIPE_PATTERN
-from wcow_operator.api.v1alpha1 import IMAGE_REFERENCE_PATTERN, RUNTIME_PATH_PATTERN
-from wcow_operator.render.plan import build_plan, dump_plan, plan_for, plan_hash
+from wcow_contract.errors import ProfileInvalidError, parse_profile
+from wcow_contract.plan import dump_plan, plan_for, plan_hash
+from wcow_contract.runhcs_options import NCPROXY_PIPE_PATTERN
+from wcow_contract.v1alpha1 import IMAGE_REFERENCE_PATTERN, RUNTIME_PATH_PATTERN
 
 Entry = dict[str, Any]
 EVIL_EXE = r"C:\Windows\Temp\evil.exe"
 UNC = r"\\attacker.example\share\boot"
 
 
-def forged(change: Callable[[Entry], None], base: dict[str, Any] | None = None) -> str:
+def forged(change: Callable[[Entry], None]) -> str:
     """The plan of one Hyper-V profile with ``change`` made to its entry, re-hashed."""
-    plan = copy.deepcopy(base or make_plan(hyperv()))
-    change(plan["handlers"]["hv"])
-    return dump_plan(build_plan(plan["handlers"]))
+    entry = make_plan(hyperv()).handlers["hv"].document()
+    change(entry)
+    return forge({"hv": entry})
 
 
 def runtime_key(key: str, value: Any) -> Callable[[Entry], None]:
@@ -267,7 +266,7 @@ def test_the_run_loop_refuses_a_forged_plan_and_keeps_the_node_as_it_was(
 
 
 def test_a_forged_runtimes_path_is_refused_though_the_agent_never_reads_it() -> None:
-    plan = make_plan(hyperv())
+    plan = make_plan(hyperv()).document()
     plan["runtimesPath"]["2"] = ["plugins", "evil"]
     body = {key: value for key, value in plan.items() if key != "hash"}
     plan["hash"] = plan_hash(body)
@@ -427,19 +426,19 @@ def test_any_change_to_a_rendered_entry_is_refused(data: st.DataObject) -> None:
         ),
         process("proc"),
     )
-    handler = data.draw(st.sampled_from(sorted(plan["handlers"])))
+    handler = data.draw(st.sampled_from(sorted(plan.handlers)))
     # All but the profile's name, generation and uid: they say which object the entry came
     # from (the agent reports the generation back) and configure nothing.
     leaves = [
         path
-        for path in _leaves(plan["handlers"][handler])
+        for path in _leaves(plan.handlers[handler].document())
         if path[0] not in ("profile", "generation", "uid")
     ]
     path = data.draw(st.sampled_from(leaves))
     value = data.draw(
         st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8), st.just([]))
     )
-    entry = copy.deepcopy(plan["handlers"][handler])
+    entry = plan.handlers[handler].document()
     node = entry
     for key in path[:-1]:
         node = node[key]
@@ -448,7 +447,7 @@ def test_any_change_to_a_rendered_entry_is_refused(data: st.DataObject) -> None:
     node[path[-1]] = value
 
     with pytest.raises(PlanError, match=rf"handlers\.{handler}\."):
-        load_plan(dump_plan(build_plan({**plan["handlers"], handler: entry})))
+        load_plan(forge({**plan.document()["handlers"], handler: entry}))
 
 
 def _leaves(node: Any, path: tuple[Any, ...] = ()) -> Any:
@@ -464,4 +463,4 @@ def _leaves(node: Any, path: tuple[Any, ...] = ()) -> Any:
 
 def test_the_process_profile_entry_carries_only_what_a_node_needs() -> None:
     plan = make_plan(process("proc", scheduling={"tolerations": [{"operator": "Exists"}]}))
-    assert plan["handlers"]["proc"]["spec"] == {"isolation": "Process"}
+    assert plan.handlers["proc"].spec == {"isolation": "Process"}

@@ -22,8 +22,9 @@ from wcow_agent.cli import build_parser, install_signal_handlers, prepare_run, s
 from wcow_agent.cluster import ClusterError, PlanObject, WatchExpiredError
 from wcow_agent.health import Health
 from wcow_agent.metrics import Metrics
-from wcow_agent.runner import AgentLoop, RunOptions
+from wcow_agent.runner import AgentLoop
 from wcow_agent.state import load_state
+from wcow_agent.watch import RunOptions
 
 STATUS = "runtime.wcow.dev/agent-status"
 

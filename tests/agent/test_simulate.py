@@ -14,9 +14,9 @@ import pytest
 from tests.agent.conftest import hyperv, make_plan
 from wcow_agent.cli import build_parser
 from wcow_agent.cluster import ClusterError, NodeObject, PlanObject, RolloutObject
-from wcow_agent.host.simulated import HostSettings, parse_fault
-from wcow_agent.simulate import Fleet, FleetCluster, FleetOptions, fleet_options
-from wcow_operator.render.plan import dump_plan
+from wcow_agent.simulate.fleet import Fleet, FleetCluster, FleetOptions, fleet_options
+from wcow_agent.simulate.host import HostSettings, parse_fault
+from wcow_contract.plan import dump_plan
 
 
 class MemoryCluster:

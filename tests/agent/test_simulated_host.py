@@ -1,4 +1,4 @@
-"""The simulated Windows host (``wcow_agent.host.simulated``) under the real NodeAgent: it
+"""The simulated Windows host (``wcow_agent.simulate.host``) under the real NodeAgent: it
 must follow config.toml as containerd, CRI and HCS do, so that the agent's checks really
 pass or fail on it."""
 
@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from tests.agent.conftest import hyperv, make_plan, process
-from wcow_agent.apply import NodeAgent, Timeouts
-from wcow_agent.host.simulated import (
+from tests.agent.conftest import edited, hyperv, make_plan, process
+from wcow_agent.attempt import Timeouts
+from wcow_agent.cycle import NodeAgent
+from wcow_agent.simulate.host import (
     Fault,
     Faults,
     HostSettings,
@@ -84,7 +85,9 @@ def test_a_handler_that_configures_the_wrong_vm_fails_its_canary(tmp_path: Path)
     """The plan says 2048 MB but the table asks for 8192: HCS reports the table's VM."""
     node = simulated(tmp_path)
     plan = make_plan(hyperv("hv"))
-    plan["handlers"]["hv"]["runtime"]["options"]["VmMemorySizeInMb"] = 8192
+    runtime = copy.deepcopy(plan.handlers["hv"].runtime)
+    runtime["options"]["VmMemorySizeInMb"] = 8192
+    plan = edited(plan, "hv", runtime=runtime)
     report = agent_for(node).reconcile(plan)
     outcome = (report.handlers or {})["hv"]
     assert (outcome.state, outcome.reason) == ("Failed", "VmSizeMismatch"), outcome
@@ -93,7 +96,9 @@ def test_a_handler_that_configures_the_wrong_vm_fails_its_canary(tmp_path: Path)
 def test_a_hyperv_handler_without_sandbox_isolation_runs_process_isolated(tmp_path: Path) -> None:
     node = simulated(tmp_path)
     plan = make_plan(hyperv("hv"))
-    del plan["handlers"]["hv"]["runtime"]["options"]["SandboxIsolation"]
+    runtime = copy.deepcopy(plan.handlers["hv"].runtime)
+    del runtime["options"]["SandboxIsolation"]
+    plan = edited(plan, "hv", runtime=runtime)
     report = agent_for(node).reconcile(plan)
     outcome = (report.handlers or {})["hv"]
     assert (outcome.state, outcome.reason) == ("Failed", "IsolationMismatch"), outcome
@@ -102,7 +107,9 @@ def test_a_hyperv_handler_without_sandbox_isolation_runs_process_isolated(tmp_pa
 def test_an_option_of_the_wrong_type_fails_the_sandbox(tmp_path: Path) -> None:
     node = simulated(tmp_path)
     plan = make_plan(hyperv("hv"))
-    plan["handlers"]["hv"]["runtime"]["options"]["VmProcessorCount"] = "four"
+    runtime = copy.deepcopy(plan.handlers["hv"].runtime)
+    runtime["options"]["VmProcessorCount"] = "four"
+    plan = edited(plan, "hv", runtime=runtime)
     report = agent_for(node).reconcile(plan)
     outcome = (report.handlers or {})["hv"]
     assert (outcome.state, outcome.reason) == ("Failed", "SandboxFailed"), outcome
@@ -152,7 +159,8 @@ def test_slow_canary_past_its_timeout_is_a_canary_timeout(tmp_path: Path) -> Non
     node = simulated(tmp_path)
     node.faults = Faults(slow_canary_seconds=2.0)
     plan = make_plan(process("proc"))
-    plan["handlers"]["proc"]["canary"]["timeoutSeconds"] = 0.2  # the CRD's minimum is 10 s
+    canary = plan.handlers["proc"].canary.model_copy(update={"timeout_seconds": 0.2})
+    plan = edited(plan, "proc", canary=canary)  # the CRD's minimum is 10 s
     report = agent_for(node).reconcile(plan)
     assert (report.handlers or {})["proc"].reason == "CanaryTimeout"
 

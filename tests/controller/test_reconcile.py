@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from tests.controller.builders import NAMESPACE, observed, profile_body, windows_node
+from wcow_contract.plan import PLAN_KEY, plan_document
 from wcow_operator.reconcile.core import ReconcileSettings, reconcile
 from wcow_operator.reconcile.model import FINALIZER, Observed, Outcome, Write
-from wcow_operator.render.plan import PLAN_KEY, build_plan
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SETTINGS = ReconcileSettings(namespace=NAMESPACE)
@@ -248,7 +248,7 @@ def test_a_forged_last_good_entry_is_not_written_again(
     state, _ = converge(observed(profile_body("hv", vm={"memoryMB": 2048})))
     plan = json.loads(state.plan_config_map["data"][PLAN_KEY])
     forged(plan["handlers"]["hv"])
-    forged_plan = build_plan(plan["handlers"])
+    forged_plan = plan_document(plan["handlers"])
     config_map = copy.deepcopy(state.plan_config_map)
     config_map["data"][PLAN_KEY] = json.dumps(forged_plan)
     broken = profile_body(
@@ -257,6 +257,36 @@ def test_a_forged_last_good_entry_is_not_written_again(
     outcome = run(edited(state, broken, plan_config_map=config_map))
     assert "hv" not in outcome.plan["handlers"], field
     assert condition(outcome, "hv", "Planned")["reason"] == "InvalidSpec"
+
+
+@pytest.mark.parametrize(
+    ("older", "kept"),
+    [
+        # As an operator wrote entries before they carried their spec (issue 17).
+        (lambda entry: entry.pop("spec"), True),
+        # Without a spec, and not of that shape either: nobody's operator wrote it.
+        (lambda entry: (entry.pop("spec"), entry.update(runtime="C:\\evil.exe")), False),
+    ],
+    ids=["older-operator", "not-an-entry"],
+)
+def test_an_entry_without_a_spec_is_kept_only_in_the_shape_an_older_operator_wrote(
+    older: Callable[[dict[str, Any]], None], kept: bool
+) -> None:
+    state, _ = converge(observed(profile_body("hv", vm={"memoryMB": 2048})))
+    plan = json.loads(state.plan_config_map["data"][PLAN_KEY])
+    older(plan["handlers"]["hv"])
+    config_map = copy.deepcopy(state.plan_config_map)
+    config_map["data"][PLAN_KEY] = json.dumps(plan_document(plan["handlers"]))
+    broken = profile_body(
+        "hv", generation=2, status=state.profiles[0].status, vm={"memoryMB": 2047}
+    )
+    outcome = run(edited(state, broken, plan_config_map=config_map))
+    if kept:
+        assert outcome.plan["handlers"]["hv"] == plan["handlers"]["hv"]
+        assert condition(outcome, "hv", "Planned")["reason"] == "LastGoodKept"
+    else:
+        assert "hv" not in outcome.plan["handlers"]
+        assert condition(outcome, "hv", "Planned")["reason"] == "InvalidSpec"
 
 
 def test_a_profile_that_relied_on_coercion_turns_invalid_and_keeps_the_last_good() -> None:

@@ -12,7 +12,8 @@ import pytest
 
 from tests.conftest import profile_document
 from tests.controller.builders import observed, profile_body
-from wcow_operator.api.rollout import RESUME_ANNOTATION, Rollout, may_change, parse_rollout
+from wcow_contract.plan import plan_document
+from wcow_contract.rollout import RESUME_ANNOTATION, Rollout, may_change, parse_rollout
 from wcow_operator.reconcile.core import ReconcileSettings, reconcile
 from wcow_operator.reconcile.model import ObservedNode
 from wcow_operator.reconcile.rollout import (
@@ -22,12 +23,11 @@ from wcow_operator.reconcile.rollout import (
     decide,
     parse_max_unavailable,
 )
-from wcow_operator.render.plan import build_plan
 
 NOW = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
 TIMEOUT = timedelta(minutes=15)
-OLD = build_plan({"hv": {"v": 1}, "proc": {"v": 1}})
-NEW = build_plan({"hv": {"v": 2}, "proc": {"v": 1}})
+OLD = plan_document({"hv": {"v": 1}, "proc": {"v": 1}})
+NEW = plan_document({"hv": {"v": 2}, "proc": {"v": 1}})
 
 
 def report(applied: str | None, attempted: str | None = None, hv: str = "Ready") -> NodeReport:
@@ -64,7 +64,7 @@ def step(
 def test_what_changed_between_two_plans() -> None:
     assert changed_handlers(OLD, NEW) == {"hv"}
     assert changed_handlers(None, NEW) == {"hv", "proc"}
-    assert changed_handlers(NEW, build_plan({"proc": {"v": 1}})) == {"hv"}  # removed
+    assert changed_handlers(NEW, plan_document({"proc": {"v": 1}})) == {"hv"}  # removed
 
 
 @pytest.mark.parametrize(
@@ -123,7 +123,7 @@ def test_a_failure_halts_the_rollout_and_nobody_else_starts() -> None:
 def test_a_failure_left_from_the_replaced_plan_does_not_halt_the_new_one() -> None:
     """A node let in for the fixed plan announces the attempt before its handler states are
     fresh: a Failed about an earlier profile generation is not a failure of this plan."""
-    fixed = build_plan({"hv": {"generation": 3}, "proc": {"v": 1}})
+    fixed = plan_document({"hv": {"generation": 3}, "proc": {"v": 1}})
     stale = NodeReport(
         OLD["hash"], fixed["hash"], {"hv": ("Failed", "SandboxFailed", "old")}, {"hv": 2}
     )
@@ -143,7 +143,7 @@ def test_a_new_spec_starts_a_new_rollout() -> None:
     reports["n00"] = report(OLD["hash"], attempted=NEW["hash"], hv="Failed")
     halted, _ = step(rollout, reports)
     assert halted.halted is not None
-    fixed = build_plan({"hv": {"v": 3}, "proc": {"v": 1}})
+    fixed = plan_document({"hv": {"v": 3}, "proc": {"v": 1}})
     resumed, progress = step(halted, reports, plan=fixed)
     assert resumed.plan_hash == fixed["hash"]
     assert progress.halted is None

@@ -17,8 +17,8 @@ from deploy.generate import CHART, NAMESPACE, RELEASE, render_chart, strip_helm_
 
 from tests import cert_manager
 from tests.conftest import ROOT
-from wcow_operator.api.errors import parse_profile
-from wcow_operator.api.v1alpha1 import API_VERSION, KIND
+from wcow_contract.errors import parse_profile
+from wcow_contract.v1alpha1 import API_VERSION, KIND
 
 Obj = dict[str, Any]
 

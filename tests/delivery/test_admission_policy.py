@@ -16,15 +16,16 @@ from deploy.generate import NAMESPACE, RELEASE
 from tests.conftest import profile_document
 from tests.controller.fake_api import FakeApi, RelistingCache
 from tests.delivery.helpers import find, render
-from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION
-from wcow_operator.api.errors import parse_profile
-from wcow_operator.api.rollout import RESUME_ANNOTATION, ROLLOUT_CONFIGMAP
-from wcow_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
+from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_contract.errors import parse_profile
+from wcow_contract.plan import PLAN_CONFIGMAP, build_plan
+from wcow_contract.rollout import RESUME_ANNOTATION, ROLLOUT_CONFIGMAP
+from wcow_contract.v1alpha1 import GROUP, PLURAL, VERSION
 from wcow_operator.controller.controller import Controller
 from wcow_operator.controller.metrics import Metrics
 from wcow_operator.reconcile.core import ReconcileSettings
 from wcow_operator.reconcile.model import FINALIZER
-from wcow_operator.render.plan import PLAN_CONFIGMAP, plan_config_map
+from wcow_operator.render.configmaps import plan_config_map
 from wcow_operator.render.runtimeclass import render_runtime_class
 from wcow_operator.render.webhooks import Endpoint, OwnerReference, webhook_configuration
 
@@ -715,8 +716,7 @@ NAMESPACE_ADMIN = "jane@example.com"
 
 
 def _plan(name: str = PLAN_CONFIGMAP) -> dict[str, Any]:
-    plan = {"schemaVersion": 1, "hash": "sha256:" + "0" * 64, "handlers": {}}
-    body = plan_config_map(plan, NAMESPACE, paced=True)
+    body = plan_config_map(build_plan({}), NAMESPACE, paced=True)
     body["metadata"]["name"] = name
     return body
 

@@ -25,8 +25,8 @@ from tests.delivery.helpers import (
     render_by_template,
     validate_object,
 )
-from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION
-from wcow_operator.api.v1alpha1 import KIND, READY_LABEL_PREFIX
+from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_contract.v1alpha1 import KIND, READY_LABEL_PREFIX
 
 OPERATOR = f"{RELEASE}-operator"
 AGENT = f"{RELEASE}-agent"

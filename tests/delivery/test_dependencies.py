@@ -8,11 +8,13 @@ import importlib.metadata
 import re
 import sys
 import tomllib
+from pathlib import Path
 
 from tests.conftest import ROOT
 
-PACKAGES = (ROOT / "operator" / "wcow_operator", ROOT / "node-agent" / "wcow_agent")
-FIRST_PARTY = {"wcow_operator", "wcow_agent"}
+CONTRACT = ROOT / "contract" / "wcow_contract"
+PACKAGES = (CONTRACT, ROOT / "operator" / "wcow_operator", ROOT / "node-agent" / "wcow_agent")
+FIRST_PARTY = {"wcow_contract", "wcow_operator", "wcow_agent"}
 
 
 def _name(requirement: str) -> str:
@@ -26,9 +28,9 @@ def declared() -> set[str]:
     return {_name(requirement) for requirement in project["dependencies"]}
 
 
-def imported_modules() -> set[str]:
+def imported_modules(packages: tuple[Path, ...] = PACKAGES) -> set[str]:
     modules: set[str] = set()
-    for package in PACKAGES:
+    for package in packages:
         for path in package.rglob("*.py"):
             tree = ast.parse(path.read_text(encoding="utf-8"))
             for node in ast.walk(tree):
@@ -39,10 +41,10 @@ def imported_modules() -> set[str]:
     return modules - FIRST_PARTY - set(sys.stdlib_module_names) - {"__future__"}
 
 
-def imported_distributions() -> set[str]:
+def imported_distributions(packages: tuple[Path, ...] = PACKAGES) -> set[str]:
     providers = importlib.metadata.packages_distributions()
     found = set()
-    for module in imported_modules():
+    for module in imported_modules(packages):
         assert module in providers, f"{module} is imported but no installed distribution has it"
         found.update(_name(dist) for dist in providers[module])
     return found
@@ -65,3 +67,8 @@ def test_the_readme_says_what_each_dependency_is_for() -> None:
     listed = {_name(name): purpose for name, purpose in rows}
     assert set(listed) == declared()
     assert all(len(purpose.split()) >= 4 for purpose in listed.values()), listed
+
+
+def test_the_contract_needs_pydantic_and_the_standard_library_only() -> None:
+    """Both binaries install the contract: it must not pull either side's dependencies."""
+    assert imported_modules((CONTRACT,)) == {"pydantic"}

@@ -3,8 +3,11 @@ Linux, entrypoints that are the project's console scripts, and the image content
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import re
+import subprocess
+import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,19 +159,82 @@ def test_operator_never_imports_the_agent_it_leaves_out() -> None:
         ), source
 
 
-def test_agent_image_keeps_only_what_the_agent_imports_from_the_operator() -> None:
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+LOCK = tomllib.loads((ROOT / "uv.lock").read_text(encoding="utf-8"))
+AGENT_PACKAGES = (ROOT / "contract" / "wcow_contract", ROOT / "node-agent" / "wcow_agent")
+# What only the operator needs; the agent's image must not carry them.
+OPERATOR_ONLY = {"kopf", "cryptography"}
+
+
+def _name(requirement: str) -> str:
+    match = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
+    assert match is not None, requirement
+    return re.sub(r"[-_.]+", "-", match.group(0)).lower()
+
+
+def _agent_closure() -> set[str]:
+    """Every distribution the image installs: the `agent` group and what uv.lock says each
+    of them needs (the `uv export --only-group agent` of the Dockerfile)."""
+    packages = {package["name"]: package for package in LOCK["package"]}
+    todo = [_name(r) for r in PROJECT["dependency-groups"]["agent"]]
+    found: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name not in found:
+            found.add(name)
+            todo += [d["name"] for d in packages[name].get("dependencies", [])]
+    return found
+
+
+def test_agent_image_installs_the_agent_group_and_drops_the_operator() -> None:
     text = " ".join(i.value for _, stage in stages(AGENT) for i in stage)
-    kept = set(re.findall(r"! -name (\S+)", text))
-    assert kept == {"api", "render", "__init__.py", "py.typed"}
-    imported = set()
-    for source in (ROOT / "node-agent" / "wcow_agent").rglob("*.py"):
-        imported |= set(
-            re.findall(
-                r"^\s*(?:from|import)\s+wcow_operator\.(\w+)",
-                source.read_text(encoding="utf-8"),
-                re.M,
-            )
-        )
-    assert imported <= kept, (
-        f"the agent imports wcow_operator.{imported - kept} which the image removes"
+    assert "uv export --frozen --no-dev --only-group agent --no-emit-project" in text
+    assert "rm -rf /out/python/Lib/site-packages/wcow_operator " in text
+    copied = {i.value.split()[0] for i in stages(AGENT)[0][1] if i.keyword == "COPY"}
+    assert {"contract", "node-agent"} <= copied
+
+
+def test_agent_group_is_what_the_agent_and_the_contract_import() -> None:
+    """The group names each third-party distribution wcow_agent or wcow_contract imports,
+    with the project's own version bounds, and nothing else."""
+    from tests.delivery.test_dependencies import imported_distributions
+
+    group = {_name(r): r for r in PROJECT["dependency-groups"]["agent"]}
+    assert set(group) == imported_distributions(AGENT_PACKAGES)
+    assert set(group.values()) <= set(PROJECT["project"]["dependencies"])
+
+
+def test_agent_image_carries_neither_kopf_nor_cryptography() -> None:
+    closure = _agent_closure()
+    assert "kubernetes" in closure  # the walk through uv.lock found the dependencies
+    assert not closure & OPERATOR_ONLY, closure & OPERATOR_ONLY
+
+
+def test_the_agent_runs_with_only_what_its_image_installs() -> None:
+    """Import every module of wcow_agent (and so wcow_contract) in a fresh interpreter that
+    refuses any third-party module outside the image's distributions, and wcow_operator."""
+    providers: dict[str, list[str]] = importlib.metadata.packages_distributions()
+    allowed = _agent_closure()
+    refused = sorted(
+        module
+        for module, dists in providers.items()
+        if not {_name(d) for d in dists} & allowed and module.isidentifier()
     )
+    refused = sorted({*refused, "wcow_operator"} - {"wcow_agent", "wcow_contract"})
+    script = f"""
+import importlib, importlib.abc, pkgutil, sys
+REFUSED = set({refused!r})
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in REFUSED:
+            raise ImportError(f"the agent's image has no {{name}}")
+        return None
+sys.meta_path.insert(0, Refuse())
+import wcow_agent
+for module in pkgutil.walk_packages(wcow_agent.__path__, "wcow_agent."):
+    importlib.import_module(module.name)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr

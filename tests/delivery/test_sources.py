@@ -13,9 +13,9 @@ from deploy.generate import CHART, NAMESPACE, RELEASE, chart_inputs, strip_helm_
 
 from tests.conftest import ROOT
 from tests.delivery.helpers import CRD_FILE, find, render
+from wcow_contract.crd import custom_resource_definition
+from wcow_contract.windows_builds import WINDOWS_BUILD_PATTERN
 from wcow_operator import rbac
-from wcow_operator.api.crd import custom_resource_definition
-from wcow_operator.api.windows_builds import WINDOWS_BUILD_PATTERN
 
 RULES = {
     ("ClusterRole", f"{RELEASE}-operator"): rbac.OPERATOR_CLUSTER_RULES,

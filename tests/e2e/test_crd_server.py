@@ -86,7 +86,7 @@ def test_server_applies_the_schema_defaults(custom: client.CustomObjectsApi) -> 
     stored = _dry_run_create(
         custom, profile("e2e-defaults", isolation="HyperV", windowsBuild="ltsc2022")
     )
-    from wcow_operator.api.errors import parse_profile
+    from wcow_contract.errors import parse_profile
 
     model = parse_profile(stored)
     # Every default the server filled in equals the model's value for it.

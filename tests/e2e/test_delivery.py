@@ -38,12 +38,12 @@ from tests.e2e.operator_harness import (
     running_operator,
     wait_for,
 )
+from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_contract.errors import parse_profile
+from wcow_contract.plan import PLAN_CONFIGMAP
+from wcow_contract.rollout import ROLLOUT_CONFIGMAP
+from wcow_contract.v1alpha1 import READY_LABEL_PREFIX
 from wcow_operator import rbac
-from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION
-from wcow_operator.api.errors import parse_profile
-from wcow_operator.api.rollout import ROLLOUT_CONFIGMAP
-from wcow_operator.api.v1alpha1 import READY_LABEL_PREFIX
-from wcow_operator.render.plan import PLAN_CONFIGMAP
 from wcow_operator.render.runtimeclass import render_runtime_class
 
 pytestmark = pytest.mark.e2e

@@ -37,8 +37,8 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.e2e.operator_harness import GROUP, PLURAL, VERSION, installed_crd
 from tests.e2e.profile_strategies import profiles
-from wcow_operator.api.errors import ProfileInvalidError, parse_profile
-from wcow_operator.api.quantity import QuantityError, parse_quantity
+from wcow_contract.errors import ProfileInvalidError, parse_profile
+from wcow_contract.quantity import QuantityError, parse_quantity
 from wcow_operator.render.bundle import render_all
 
 pytestmark = pytest.mark.e2e

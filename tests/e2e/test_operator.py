@@ -29,8 +29,8 @@ from tests.e2e.operator_harness import (
     running_operator,
     wait_for,
 )
-from wcow_operator.api.errors import parse_profile
-from wcow_operator.render.plan import plan_entry
+from wcow_contract.errors import parse_profile
+from wcow_contract.plan import plan_entry
 from wcow_operator.render.runtimeclass import render_runtime_class
 
 pytestmark = pytest.mark.e2e
@@ -138,7 +138,7 @@ def test_operator_lifecycle(kube: client.ApiClient, prefix: str, round_: int) ->
             for key in specs:
                 body = _profile_body(custom, names[key])
                 assert body is not None
-                assert plan["handlers"][names[key]] == plan_entry(parse_profile(body))
+                assert plan["handlers"][names[key]] == plan_entry(parse_profile(body)).document()
 
             # Edit one: a bigger VM; its RuntimeClass overhead and plan entry follow.
             custom.patch_cluster_custom_object(

@@ -27,15 +27,15 @@ from tests.e2e.operator_harness import (
     read_plan,
 )
 from tests.fleet.harness import Operator, View, raw, running_fleet, running_operator
-from wcow_agent.host.simulated import SimulatedNode
-from wcow_operator.api.rollout import (
+from wcow_agent.simulate.host import SimulatedNode
+from wcow_contract.labels import READY_VALUE, ready_label
+from wcow_contract.rollout import (
     RESUME_ANNOTATION,
     ROLLOUT_CONFIGMAP,
     ROLLOUT_KEY,
     Rollout,
     parse_rollout,
 )
-from wcow_operator.render.runtimeclass import READY_VALUE, ready_label
 
 MEMORY = "VmMemorySizeInMb"
 

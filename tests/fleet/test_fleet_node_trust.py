@@ -32,9 +32,9 @@ from tests.e2e.operator_harness import (
     read_plan,
 )
 from tests.fleet.harness import View, running_fleet, running_operator
-from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION
-from wcow_operator.api.windows_builds import WINDOWS_BUILD_LABEL
-from wcow_operator.render.runtimeclass import READY_VALUE, ready_label
+from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_contract.labels import READY_VALUE, ready_label
+from wcow_contract.windows_builds import WINDOWS_BUILD_LABEL
 
 pytestmark = pytest.mark.e2e
 

@@ -53,8 +53,8 @@ from tests.fleet.paced import (
     settle,
     until,
 )
-from wcow_agent.simulate import Fleet
-from wcow_operator.render.runtimeclass import READY_VALUE, ready_label
+from wcow_agent.simulate.fleet import Fleet
+from wcow_contract.labels import READY_VALUE, ready_label
 
 pytestmark = pytest.mark.e2e
 

@@ -24,10 +24,12 @@ import pytest
 from tests.conftest import ROOT, SAMPLES
 from wcow_agent.cli import main as agent_main
 from wcow_agent.eligibility import Host, classify_handlers
-from wcow_operator.api.runhcs_options import RUNHCS_OPTIONS
-from wcow_operator.api.windows_builds import parse_windows_build
+from wcow_agent.plan import load_plan
+from wcow_contract.runhcs_options import RUNHCS_OPTIONS
+from wcow_contract.runtime_table import RUNTIMES_PATH
+from wcow_contract.windows_builds import parse_windows_build
 from wcow_operator.cli import main as wcow_main
-from wcow_operator.render.containerd import RUNTIMES_PATH, render_containerd_toml
+from wcow_operator.render.containerd import render_containerd_toml
 
 GO = shutil.which("go")
 
@@ -169,10 +171,11 @@ def test_every_rendered_handler_decodes_in_containerd(
     spec = LINES[line]
     config, merged = merged_config(rendered, tmp_path, line)
     host = Host(parse_windows_build(HOST_BUILD), True, spec.eligibility)
-    eligible, _ = classify_handlers(plan_handlers(rendered), host)
+    plan = load_plan((rendered / "plan.json").read_text(encoding="utf-8"))
+    eligible, _ = classify_handlers(plan.handlers, host)
     assert sorted(merged) == sorted(eligible), "the merge did not write the eligible handlers"
     for name, entry in merged.items():
-        assert entry["runtime"] == eligible[name]["runtime"], f"merge changed handler {name}"
+        assert entry["runtime"] == eligible[name].runtime, f"merge changed handler {name}"
     expect = tmp_path / "merged-handlers.json"
     expect.write_text(json.dumps({"handlers": merged}), encoding="utf-8")
     known = tmp_path / "every-option.json"

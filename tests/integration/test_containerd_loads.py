@@ -32,25 +32,25 @@ def test_rendered_v2_fragment_loads_with_every_handler_table(tmp_path: Path) -> 
 
     effective = config_dump(config)
     runtimes = effective["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]  # type: ignore[index]
-    for handler, entry in rendered.plan["handlers"].items():
+    for handler, entry in rendered.plan.handlers.items():
         assert handler in runtimes, f"containerd dropped handler {handler}"
         table = runtimes[handler]
-        assert table["runtime_type"] == entry["runtime"]["runtime_type"]
-        assert table["container_annotations"] == entry["runtime"]["container_annotations"]
-        assert table["pod_annotations"] == entry["runtime"].get("pod_annotations", [])
-        assert table["options"] == entry["runtime"]["options"]
+        assert table["runtime_type"] == entry.runtime["runtime_type"]
+        assert table["container_annotations"] == entry.runtime["container_annotations"]
+        assert table["pod_annotations"] == entry.runtime.get("pod_annotations", [])
+        assert table["options"] == entry.runtime["options"]
     version = ContainerdCli(str(CONTAINERD), SubprocessRunner()).version()
     stripped = {
         handler
-        for handler, entry in rendered.plan["handlers"].items()
-        if unsupported(entry["runtime"], version)
+        for handler, entry in rendered.plan.handlers.items()
+        if unsupported(entry.runtime, version)
     }
     if line_for(version).name == "1.6":
         # Echoed by the dump above, dropped by the shim's decoder: only the matrix tells.
         assert stripped == {
             handler
-            for handler, entry in rendered.plan["handlers"].items()
-            if "DefaultContainerAnnotations" in entry["runtime"]["options"]
+            for handler, entry in rendered.plan.handlers.items()
+            if "DefaultContainerAnnotations" in entry.runtime["options"]
         }
     else:
         assert stripped == set()

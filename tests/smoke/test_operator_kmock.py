@@ -39,9 +39,9 @@ from tests.e2e.operator_harness import (
     read_plan,
     wait_for,
 )
-from wcow_operator.api.errors import parse_profile
+from wcow_contract.errors import parse_profile
+from wcow_contract.plan import plan_entry
 from wcow_operator.reconcile.model import FINALIZER
-from wcow_operator.render.plan import plan_entry
 from wcow_operator.render.runtimeclass import render_runtime_class
 
 pytest.importorskip(
@@ -236,7 +236,7 @@ def test_operator_reconciles_a_profile_through_the_api(tmp_path: Path) -> None:
                     "the plan to hold the handler",
                     lambda: (p := read_plan(kube, NAMESPACE)) and NAME in p["handlers"] and p,
                 )
-                assert plan["handlers"][NAME] == plan_entry(parse_profile(body))
+                assert plan["handlers"][NAME] == plan_entry(parse_profile(body)).document()
 
                 # An event says what happened (kubectl describe shows it); events are posted
                 # at the end of a pass, after the status.

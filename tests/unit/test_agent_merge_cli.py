@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.agent.conftest import hyperv, make_plan, process
 from tests.conftest import SAMPLES
 from wcow_agent.cli import main as agent_main
 from wcow_agent.eligibility import Host, classify_handlers
-from wcow_operator.api.windows_builds import WindowsBuild
+from wcow_contract.windows_builds import WindowsBuild
 from wcow_operator.cli import main as wcow_main
 
 CONFIG = (
@@ -114,12 +115,12 @@ def test_tampered_plan_is_refused(
 
 
 def test_eligibility_by_host_build_and_hyperv() -> None:
-    handlers = {
-        "hv2019": {"isolation": "HyperV", "windowsBuild": "10.0.17763"},
-        "hv2025": {"isolation": "HyperV", "windowsBuild": "10.0.26100"},
-        "p2022": {"isolation": "Process", "windowsBuild": "10.0.20348"},
-        "any": {"isolation": "Process", "windowsBuild": None},
-    }
+    handlers = make_plan(
+        hyperv("hv2019", windowsBuild="10.0.17763"),
+        hyperv("hv2025", windowsBuild="10.0.26100"),
+        process("p2022", windowsBuild="10.0.20348"),
+        process("any"),
+    ).handlers
     eligible, refused = classify_handlers(
         handlers, Host(WindowsBuild(26100), hyperv_available=True)
     )

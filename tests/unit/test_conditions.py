@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from wcow_operator.api.conditions import READY, VALID, find_condition, set_condition
+from wcow_contract.conditions import READY, VALID, find_condition, set_condition
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=5)

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import ROOT, SAMPLES, profile_document
-from wcow_operator.api.annotation_patterns import pattern_problem
-from wcow_operator.api.crd import WHOLE_NUMBER_RULE, custom_resource_definition, openapi_schema
-from wcow_operator.api.errors import ProfileInvalidError, parse_profile
+from wcow_contract.annotation_patterns import pattern_problem
+from wcow_contract.crd import WHOLE_NUMBER_RULE, custom_resource_definition, openapi_schema
+from wcow_contract.errors import ProfileInvalidError, parse_profile
 from wcow_operator.cli import crd_yaml
 
 CRD_FILE = ROOT / "crds" / "runtime.wcow.dev_windowsruntimeprofiles.yaml"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from wcow_contract.plan import dump_plan
 from wcow_operator.render.bundle import render_all
-from wcow_operator.render.plan import dump_plan
 
 BIN = Path(sys.executable).parent  # the venv's console scripts
 TIME_LIMIT = 10.0  # generous for a busy 2-core machine; the commands take well under 2 s
@@ -133,7 +133,7 @@ def test_anchors_within_the_limits_still_work(tmp_path: Path) -> None:
 
 def _good_plan(tmp_path: Path) -> Path:
     from tests.conftest import profile_document
-    from wcow_operator.api.errors import parse_profile
+    from wcow_contract.errors import parse_profile
 
     plan = render_all([parse_profile(profile_document("hv"))]).plan
     path = tmp_path / "plan.json"

@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import profile_document
-from wcow_operator.api.annotation_patterns import pattern_problem
-from wcow_operator.api.errors import parse_profile
-from wcow_operator.api.runhcs_options import NCPROXY_PIPE_PATTERN, default_annotations_problem
-from wcow_operator.api.v1alpha1 import IMAGE_REFERENCE_PATTERN, RUNTIME_PATH_PATTERN
+from wcow_contract.annotation_patterns import pattern_problem
+from wcow_contract.errors import parse_profile
+from wcow_contract.runhcs_options import NCPROXY_PIPE_PATTERN, default_annotations_problem
+from wcow_contract.v1alpha1 import IMAGE_REFERENCE_PATTERN, RUNTIME_PATH_PATTERN
 from wcow_operator.render.bundle import render_all
-from wcow_operator.render.plan import plan_config_map
+from wcow_operator.render.configmaps import plan_config_map
 from wcow_operator.render.serialize import dump_yaml_documents
 
 # Everything UTF-8 can carry (no lone surrogates), including quotes, newlines, `]]`, NUL.
@@ -128,7 +128,7 @@ def test_free_text_round_trips_through_yaml_and_the_plan(
     loaded = list(yaml.safe_load_all(text))
     assert loaded == documents  # same documents, same keys, same values
     plan = json.loads(loaded[-1]["data"]["plan.json"])
-    assert plan == rendered.plan
+    assert plan == rendered.plan.document()
     runtime = plan["handlers"]["hostile"]["runtime"]
     assert runtime["runtime_path"] == path
     assert runtime["options"]["NCProxyAddr"] == addr

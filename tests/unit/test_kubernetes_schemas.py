@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import SAMPLES, MakeProfile
 from wcow_operator.cli import load_profiles
 from wcow_operator.render.bundle import render_all
-from wcow_operator.render.plan import plan_config_map
+from wcow_operator.render.configmaps import plan_config_map
 from wcow_operator.render.runtimeclass import render_runtime_class
 
 VERSION = kubernetes_validate.latest_version()

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import MakeProfile, profile_document
-from wcow_operator.api.errors import ProfileInvalidError, parse_profile
-from wcow_operator.api.windows_builds import (
+from wcow_contract.errors import ProfileInvalidError, parse_profile
+from wcow_contract.windows_builds import (
     OLDEST_BUILD,
     WINDOWS_BUILD_PATTERN,
     WindowsBuild,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import profile_document
-from wcow_operator.api.errors import ProfileInvalidError, parse_profile
-from wcow_operator.render.containerd import runtime_table
+from wcow_contract.errors import ProfileInvalidError, parse_profile
+from wcow_contract.runtime_table import runtime_table
 
 SHIM = "containerd-shim-runhcs-v1.exe"
 

@@ -6,24 +6,18 @@ import json
 import tomllib
 
 from tests.conftest import SAMPLES, MakeProfile
+from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_HASH_ANNOTATION, PLAN_KEY, dump_plan, plan_for
 from wcow_operator.cli import load_profiles
 from wcow_operator.render.bundle import FRAGMENT_VERSIONS, render_all
+from wcow_operator.render.configmaps import plan_config_map
 from wcow_operator.render.containerd import render_containerd_toml
-from wcow_operator.render.plan import (
-    PLAN_CONFIGMAP,
-    PLAN_HASH_ANNOTATION,
-    PLAN_KEY,
-    dump_plan,
-    plan_config_map,
-    plan_for,
-)
 
 
 def test_plan_entry_carries_what_the_agent_needs(make_profile: MakeProfile) -> None:
     profile = make_profile(
         "hv", vm={"processorCount": 1, "memoryMB": 2048}, canary={"timeoutSeconds": 60}
     )
-    plan = plan_for([profile])
+    plan = plan_for([profile]).document()
     assert plan["apiVersion"] == "runtime.wcow.dev/v1alpha1"
     assert plan["kind"] == "RuntimePlan"
     assert plan["schemaVersion"] == 1
@@ -47,11 +41,11 @@ def test_plan_tables_render_to_the_same_toml_as_the_fragments() -> None:
     loaded, errors = load_profiles([str(SAMPLES)])
     assert not errors
     rendered = render_all([item.profile for item in loaded])
-    tables = {h: e["runtime"] for h, e in rendered.plan["handlers"].items()}
+    tables = {h: e.runtime for h, e in rendered.plan.handlers.items()}
     for version in FRAGMENT_VERSIONS:
         assert render_containerd_toml(tables, version) == rendered.containerd_toml[version]
         parsed = tomllib.loads(rendered.containerd_toml[version])
-        path = rendered.plan["runtimesPath"][str(version)]
+        path = rendered.plan.runtimes_path[str(version)]
         node = parsed
         for name in path:
             node = node[name]
@@ -60,11 +54,11 @@ def test_plan_tables_render_to_the_same_toml_as_the_fragments() -> None:
 
 def test_hash_changes_with_content_and_not_with_order(make_profile: MakeProfile) -> None:
     a, b = make_profile("a"), make_profile("b", isolation="Process")
-    assert plan_for([a, b])["hash"] == plan_for([b, a])["hash"]
+    assert plan_for([a, b]).hash == plan_for([b, a]).hash
     assert dump_plan(plan_for([a, b])) == dump_plan(plan_for([b, a]))
     bigger = make_profile("a", vm={"memoryMB": 4096})
-    assert plan_for([bigger, b])["hash"] != plan_for([a, b])["hash"]
-    assert plan_for([a, b])["hash"].startswith("sha256:")
+    assert plan_for([bigger, b]).hash != plan_for([a, b]).hash
+    assert plan_for([a, b]).hash.startswith("sha256:")
 
 
 def test_plan_config_map_holds_the_plan_and_its_hash(make_profile: MakeProfile) -> None:
@@ -72,8 +66,8 @@ def test_plan_config_map_holds_the_plan_and_its_hash(make_profile: MakeProfile) 
     config_map = plan_config_map(plan, "wcow-system")
     assert config_map["metadata"]["name"] == PLAN_CONFIGMAP == "wcow-runtime-plan"
     assert config_map["metadata"]["namespace"] == "wcow-system"
-    assert config_map["metadata"]["annotations"][PLAN_HASH_ANNOTATION] == plan["hash"]
-    assert json.loads(config_map["data"][PLAN_KEY]) == plan
+    assert config_map["metadata"]["annotations"][PLAN_HASH_ANNOTATION] == plan.hash
+    assert json.loads(config_map["data"][PLAN_KEY]) == plan.document()
 
 
 def test_rendering_twice_is_byte_identical() -> None:

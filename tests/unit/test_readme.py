@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.conftest import ROOT
-from wcow_operator.api.reference import markdown_reference
+from wcow_contract.reference import markdown_reference
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 

@@ -7,11 +7,8 @@ import tomllib
 import pytest
 
 from tests.conftest import MakeProfile
-from wcow_operator.render.containerd import (
-    RUNTIMES_PATH,
-    render_containerd_toml,
-    runtime_table,
-)
+from wcow_contract.runtime_table import RUNTIMES_PATH, runtime_table
+from wcow_operator.render.containerd import render_containerd_toml
 
 
 def options_of(make_profile: MakeProfile, **spec: object) -> dict[str, object]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.conftest import MakeProfile, profile_document
-from wcow_operator.api.errors import parse_profile
+from wcow_contract.errors import parse_profile
 from wcow_operator.render.runtimeclass import render_runtime_class
 
 

@@ -17,9 +17,9 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
-from wcow_operator.api.agent_status import AGENT_STATUS_ANNOTATION
-from wcow_operator.api.v1alpha1 import READY_LABEL_PREFIX
-from wcow_operator.api.windows_builds import WINDOWS_BUILD_LABEL
+from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_contract.v1alpha1 import READY_LABEL_PREFIX
+from wcow_contract.windows_builds import WINDOWS_BUILD_LABEL
 from wcow_operator.reconcile.model import Observed, ObservedNode, ObservedProfile
 from wcow_operator.reconcile.nodes import Contribution, NodeTally, contribution
 

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from wcow_operator.api.conditions import timestamp
-from wcow_operator.api.rollout import ROLLOUT_CONFIGMAP
-from wcow_operator.api.v1alpha1 import API_VERSION, KIND
+from wcow_contract.conditions import timestamp
+from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_KEY
+from wcow_contract.rollout import ROLLOUT_CONFIGMAP
+from wcow_contract.v1alpha1 import API_VERSION, KIND
 from wcow_operator.controller.api import ApiError, ClusterApi
 from wcow_operator.controller.cache import ClusterCache, Kind
 from wcow_operator.controller.metrics import Metrics
@@ -34,7 +35,6 @@ from wcow_operator.reconcile.model import (
     Outcome,
     Write,
 )
-from wcow_operator.render.plan import PLAN_CONFIGMAP, PLAN_KEY
 
 log = logging.getLogger(__name__)
 EVENT_NAMESPACE = "default"

@@ -20,11 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from wcow_operator.api.rollout import ROLLOUT_CONFIGMAP
-from wcow_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
+from wcow_contract.plan import PLAN_CONFIGMAP
+from wcow_contract.rollout import ROLLOUT_CONFIGMAP
+from wcow_contract.v1alpha1 import GROUP, PLURAL, VERSION
 from wcow_operator.controller.api import ClusterApi, Watched, WatchExpiredError
 from wcow_operator.controller.cache import ClusterCache, kept
-from wcow_operator.render.plan import PLAN_CONFIGMAP
 
 log = logging.getLogger(__name__)
 

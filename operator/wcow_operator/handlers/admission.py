@@ -25,9 +25,9 @@ from typing import Any, Protocol
 import kopf
 from prometheus_client import CollectorRegistry, Counter
 
-from wcow_operator.api.errors import ProfileInvalidError, parse_profile
-from wcow_operator.api.text import shown
-from wcow_operator.api.v1alpha1 import WindowsRuntimeProfile
+from wcow_contract.errors import ProfileInvalidError, parse_profile
+from wcow_contract.text import shown
+from wcow_contract.v1alpha1 import WindowsRuntimeProfile
 from wcow_operator.controller.api import ApiError
 from wcow_operator.handlers.certificates import Authority, ServingCertificate
 from wcow_operator.reconcile.admission import REASONS, Admitted, Decision, admit, admit_update

@@ -20,8 +20,9 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from wcow_operator.api.rollout import ROLLOUT_CONFIGMAP
-from wcow_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
+from wcow_contract.plan import PLAN_CONFIGMAP
+from wcow_contract.rollout import ROLLOUT_CONFIGMAP
+from wcow_contract.v1alpha1 import GROUP, PLURAL, VERSION
 from wcow_operator.controller.api import (
     ApiError,
     ClusterApi,
@@ -30,7 +31,6 @@ from wcow_operator.controller.api import (
     Watched,
     WatchExpiredError,
 )
-from wcow_operator.render.plan import PLAN_CONFIGMAP
 
 log = logging.getLogger(__name__)
 

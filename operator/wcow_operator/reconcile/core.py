@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from wcow_operator.api.conditions import (
+from wcow_contract.canonical import canonical_json
+from wcow_contract.conditions import (
     NODES_READY,
     READY,
     RUNTIME_CLASS_READY,
@@ -23,14 +24,16 @@ from wcow_operator.api.conditions import (
     find_condition,
     set_condition,
 )
-from wcow_operator.api.errors import ProfileInvalidError, parse_profile
-from wcow_operator.api.rollout import (
+from wcow_contract.errors import ProfileInvalidError, parse_profile
+from wcow_contract.plan import PLAN_KEY, Plan, PlanEntry, build_plan, plan_entry
+from wcow_contract.plan_check import EntryRefusedError, checked_entry
+from wcow_contract.rollout import (
     RESUME_ANNOTATION,
     ROLLOUT_CONFIGMAP,
     ROLLOUT_KEY,
     parse_rollout,
 )
-from wcow_operator.api.v1alpha1 import (
+from wcow_contract.v1alpha1 import (
     Condition,
     ConditionStatus,
     NodeCounts,
@@ -48,21 +51,13 @@ from wcow_operator.reconcile.model import (
 )
 from wcow_operator.reconcile.nodes import HandlerNeeds, NodeSummary, NodeTally, describe
 from wcow_operator.reconcile.rollout import Progress, decide, parse_max_unavailable
-from wcow_operator.render.plan import (
-    PLAN_KEY,
-    build_plan,
-    plan_config_map,
-    plan_entry,
-    rollout_config_map,
-)
-from wcow_operator.render.plan_check import entry_problem
+from wcow_operator.render.configmaps import plan_config_map, rollout_config_map
 from wcow_operator.render.runtimeclass import (
     MANAGED_BY,
     PROFILE_ANNOTATION,
     PROFILE_LABEL,
     render_runtime_class,
 )
-from wcow_operator.render.serialize import canonical_json
 
 PLANNED = "Planned"
 ROLLED_OUT = "RolledOut"
@@ -87,7 +82,7 @@ class _Profile:
     observed: ObservedProfile
     model: WindowsRuntimeProfile | None = None
     problems: list[str] = field(default_factory=list)
-    last_good: tuple[str, dict[str, Any]] | None = None  # (handler, plan entry)
+    last_good: tuple[str, PlanEntry] | None = None  # (handler, plan entry)
     planned: tuple[ConditionStatus, str, str] = ("Unknown", "Pending", "")
     runtime_class: tuple[ConditionStatus, str, str] = ("Unknown", "Pending", "")
     owns_runtime_class: bool = False
@@ -131,21 +126,25 @@ def _last_good(plan: Mapping[str, Any] | None) -> dict[str, tuple[str, dict[str,
 
 def _trusted_last_good(
     found: tuple[str, dict[str, Any]] | None, profile: ObservedProfile
-) -> tuple[str, dict[str, Any]] | None:
+) -> tuple[str, PlanEntry] | None:
     """The plan's entry for an invalid profile, if the operator may write it again: it names
     this profile's uid and is exactly what the renderer makes of the spec it carries. Whoever
     can write the plan ConfigMap could otherwise plant an entry that the operator would keep
     re-emitting for as long as the profile stays invalid. An entry without a spec (written by
     an operator before entries carried one) is kept: agents refuse the plan while it is in
-    it, so nodes hold still until the profile is fixed, instead of losing the handler."""
+    it, so nodes hold still until the profile is fixed, instead of losing the handler (if
+    it has the shape such an operator wrote: the typed entry without its spec)."""
     if found is None:
         return None
     handler, entry = found
     if entry.get("uid") != profile.uid:
         return None
-    if "spec" in entry and entry_problem(handler, entry) is not None:
+    try:
+        if "spec" not in entry:
+            return handler, PlanEntry.model_validate(entry)
+        return handler, checked_entry(handler, entry)
+    except (ValidationError, EntryRefusedError):
         return None
-    return found
 
 
 def owned_by(runtime_class: Mapping[str, Any], profile: ObservedProfile) -> bool:
@@ -297,10 +296,8 @@ def _compact(plan: Mapping[str, Any]) -> int:
     return len(canonical_json(plan))
 
 
-def _plan_entries(
-    live: list[_Profile], conflicts: dict[str, list[str]]
-) -> dict[str, dict[str, Any]]:
-    entries: dict[str, dict[str, Any]] = {}
+def _plan_entries(live: list[_Profile], conflicts: dict[str, list[str]]) -> dict[str, PlanEntry]:
+    entries: dict[str, PlanEntry] = {}
     for state in live:
         handler = state.claimed_handler
         if handler is None:
@@ -320,7 +317,7 @@ def _plan_entries(
             state.planned = ("True", "InPlan", f"handler {handler} is in the plan")
         elif state.last_good is not None:
             entries[handler] = state.last_good[1]
-            generation = state.last_good[1].get("generation")
+            generation = state.last_good[1].generation
             state.planned = (
                 "True",
                 "LastGoodKept",
@@ -331,23 +328,24 @@ def _plan_entries(
 
 
 def _fit_plan(
-    entries: dict[str, dict[str, Any]],
+    entries: dict[str, PlanEntry],
     observed_plan: Mapping[str, Any] | None,
     live: list[_Profile],
     settings: ReconcileSettings,
-) -> dict[str, Any]:
+) -> Plan:
     """The plan to write. Over the size limit, entries the nodes already have stay, then new
     and changed ones are added by handler name while they fit; the rest wait and their
     profiles say why. (Never an emptier plan than needed: agents remove what leaves it.)"""
     plan = build_plan(entries)
-    size = _compact(plan)
+    size = _compact(plan.view())
     if size <= settings.plan_max_bytes:
         return plan
     previous = (observed_plan or {}).get("handlers") or {}
-    kept = {h: e for h, e in entries.items() if previous.get(h) == e}
-    room = settings.plan_max_bytes - _compact(build_plan(kept))
+    kept = {h: e for h, e in entries.items() if previous.get(h) == e.view()}
+    room = settings.plan_max_bytes - _compact(build_plan(kept).view())
     for handler in sorted(set(entries) - set(kept)):
-        cost = len(canonical_json({handler: entries[handler]})) - 1  # '"h":{...}' and a comma
+        # '"h":{...}' and a comma
+        cost = len(canonical_json({handler: entries[handler].view()})) - 1
         if cost <= room:
             kept[handler] = entries[handler]
             room -= cost
@@ -533,7 +531,7 @@ def _live_writes(
     return writes
 
 
-def _plan_writes(plan: dict[str, Any], observed: Observed, namespace: str) -> list[Write]:
+def _plan_writes(plan: Plan, observed: Observed, namespace: str) -> list[Write]:
     config_map = plan_config_map(plan, namespace, paced=True)
     current = observed.plan_config_map or {}
     same_data = (current.get("data") or {}).get(PLAN_KEY) == config_map["data"][PLAN_KEY]
@@ -699,11 +697,12 @@ def reconcile(observed: Observed, settings: ReconcileSettings, now: datetime) ->
             claims[state.claimed_handler].append(state.name)
     conflicts = {h: sorted(names) for h, names in claims.items() if len(names) > 1}
 
-    plan = _fit_plan(_plan_entries(live, conflicts), observed.plan, live, settings)
+    fitted = _fit_plan(_plan_entries(live, conflicts), observed.plan, live, settings)
+    plan = fitted.view()
     events: list[EventNote] = []
     statuses: dict[str, dict[str, Any]] = {}
     writes = _live_writes(live, conflicts, observed, events)
-    writes += _plan_writes(plan, observed, settings.namespace)
+    writes += _plan_writes(fitted, observed, settings.namespace)
     rollout_writes, progress = _rollout_writes(plan, observed, live, settings, now)
     writes += rollout_writes
     writes += _deletion_writes(observed)

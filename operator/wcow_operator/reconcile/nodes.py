@@ -22,9 +22,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from wcow_operator.api.agent_status import parse_agent_status
-from wcow_operator.api.v1alpha1 import NodeFailure
-from wcow_operator.api.windows_builds import (
+from wcow_contract.agent_status import parse_agent_status
+from wcow_contract.labels import READY_VALUE, ready_label
+from wcow_contract.v1alpha1 import NodeFailure
+from wcow_contract.windows_builds import (
     WINDOWS_BUILD_LABEL,
     WindowsBuild,
     isolation_refusal,
@@ -32,7 +33,6 @@ from wcow_operator.api.windows_builds import (
 )
 from wcow_operator.reconcile.model import ObservedNode
 from wcow_operator.reconcile.rollout import NodeReport
-from wcow_operator.render.runtimeclass import READY_VALUE, ready_label
 
 MAX_FAILURES = 5
 # NotEligible reasons that a platform team can act on (the node's containerd drops settings

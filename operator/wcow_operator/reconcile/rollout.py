@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from wcow_operator.api.conditions import timestamp
-from wcow_operator.api.rollout import Halt, Rollout
-from wcow_operator.api.v1alpha1 import NodeFailure
+from wcow_contract.conditions import timestamp
+from wcow_contract.rollout import Halt, Rollout
+from wcow_contract.v1alpha1 import NodeFailure
 
 NodeState = Literal["done", "applying", "failed", "waiting"]
 MAX_LISTED = 5

@@ -7,9 +7,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wcow_operator.api.v1alpha1 import WindowsRuntimeProfile as Profile
+from wcow_contract.plan import Plan, plan_for
+from wcow_contract.v1alpha1 import WindowsRuntimeProfile as Profile
 from wcow_operator.render.containerd import render_containerd_toml
-from wcow_operator.render.plan import plan_for
 from wcow_operator.render.runtimeclass import render_runtime_class
 
 # Config versions whose fragments ``wcow render --out`` writes (4 is laid out as 3).
@@ -31,7 +31,7 @@ def handler_conflicts(profiles: Iterable[Profile]) -> dict[str, list[str]]:
 @dataclass(frozen=True)
 class Rendered:
     runtime_classes: list[dict[str, Any]]
-    plan: dict[str, Any]
+    plan: Plan
     containerd_toml: dict[int, str]
 
 
@@ -53,7 +53,7 @@ def render_all(profiles: Sequence[Profile]) -> Rendered:
         )
     ordered = sorted(profiles, key=lambda p: p.name)
     plan = plan_for(ordered)
-    tables = {handler: entry["runtime"] for handler, entry in plan["handlers"].items()}
+    tables = {handler: entry.runtime for handler, entry in plan.handlers.items()}
     return Rendered(
         runtime_classes=[render_runtime_class(profile) for profile in ordered],
         plan=plan,

@@ -4,27 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from wcow_operator.api.v1alpha1 import (
+from wcow_contract.labels import READY_VALUE, ready_label
+from wcow_contract.v1alpha1 import (
     API_VERSION,
     ARCH_LABEL,
     KIND,
     OS_LABEL,
     READY_LABEL_PREFIX,
 )
-from wcow_operator.api.v1alpha1 import WindowsRuntimeProfile as Profile
-from wcow_operator.api.windows_builds import WINDOWS_BUILD_LABEL
+from wcow_contract.v1alpha1 import WindowsRuntimeProfile as Profile
+from wcow_contract.windows_builds import WINDOWS_BUILD_LABEL
 
 MANAGED_BY = "wcow-operator"
 PART_OF = "wcow-runtime"
 PROFILE_LABEL = f"{READY_LABEL_PREFIX}profile"
-READY_VALUE = "ready"
-
-
-def ready_label(handler: str) -> str:
-    """The node label an agent sets once ``handler`` passed its canary on that node."""
-    return f"{READY_LABEL_PREFIX}{handler}"
-
-
 PROFILE_ANNOTATION = PROFILE_LABEL
 LABEL_VALUE_MAX = 63
 

@@ -1,8 +1,8 @@
-"""Deterministic YAML and JSON: same data in, same bytes out, whatever the strings hold."""
+"""Deterministic YAML: same data in, same bytes out, whatever the strings hold (JSON:
+``wcow_contract.canonical``)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -48,15 +48,3 @@ def dump_yaml(document: Any) -> str:
 
 def dump_yaml_documents(documents: Iterable[Any]) -> str:
     return "".join(f"---\n{dump_yaml(document)}" for document in documents)
-
-
-def dump_json(document: Any) -> str:
-    """Canonical JSON: sorted keys, fixed separators, UTF-8 kept as is, trailing newline."""
-    return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-
-
-def canonical_json(document: Any) -> bytes:
-    """The compact form that content hashes are taken over."""
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
-        "utf-8"
-    )

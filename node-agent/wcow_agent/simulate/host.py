@@ -51,9 +51,9 @@ from wcow_agent.host.interfaces import (
     SandboxStatus,
 )
 from wcow_agent.merge import BUILTIN_RUNTIMES_1_6, BUILTIN_RUNTIMES_1_7
-from wcow_operator.api.runhcs_options import LOG_LEVELS, RUNHCS_OPTIONS
-from wcow_operator.api.windows_builds import WindowsBuild, parse_windows_build
-from wcow_operator.render.containerd import RUNTIMES_PATH
+from wcow_contract.runhcs_options import LOG_LEVELS, RUNHCS_OPTIONS
+from wcow_contract.runtime_table import RUNTIMES_PATH
+from wcow_contract.windows_builds import WindowsBuild, parse_windows_build
 
 SHIM = "containerd-shim-runhcs-v1.exe"
 # The only shim binary on a simulated host: beside containerd.exe, as the release ships it.

@@ -1,5 +1,5 @@
 """Kubernetes name and label grammars, as apimachinery validates them (quantities:
-``wcow_operator.api.quantity``)."""
+``wcow_contract.quantity``)."""
 
 from __future__ import annotations
 

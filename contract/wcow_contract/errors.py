@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from wcow_operator.api.v1alpha1 import FieldError, WindowsRuntimeProfile
+from wcow_contract.v1alpha1 import FieldError, WindowsRuntimeProfile
 
 _MISSING = object()
 _FIELD_TOKEN = re.compile(r"\[([^\]]*)\]|([^.\[]+)")

@@ -2,8 +2,13 @@
 
 The agent writes this JSON into the Node annotation ``runtime.wcow.dev/agent-status`` and
 sets the label ``runtime.wcow.dev/<handler>=ready`` for each handler whose canary passed.
-The operator aggregates both into each profile's status. Both sides use this model and
-``parse_agent_status``, so the format cannot drift between them.
+The operator aggregates both into each profile's status. Both sides use this model, the
+agent writes it with ``dump_agent_status`` and both read it with ``parse_agent_status``, so
+the format cannot drift between them.
+
+Schema skew (docs/architecture.md): unknown fields are ignored, so an operator reads the
+reports of agents one version ahead that added a field; a report of another
+``schemaVersion`` is unreadable, as a report that breaks the model is.
 
 A node's report is a node's word: a compromised node (or a thief of the agent's token) can
 write anything here. So the model bounds what it can say: reasons are CamelCase words,
@@ -16,6 +21,7 @@ whole (the node counts as reporting nothing), never partly believed.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Final, Literal
 
 from pydantic import (
@@ -28,9 +34,9 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from wcow_operator.api.text import printable
-from wcow_operator.api.validation import DNS1123_LABEL_MAX, DNS1123_LABEL_PATTERN
-from wcow_operator.api.windows_builds import WINDOWS_VERSION_PATTERN
+from wcow_contract.text import printable
+from wcow_contract.validation import DNS1123_LABEL_MAX, DNS1123_LABEL_PATTERN
+from wcow_contract.windows_builds import WINDOWS_VERSION_PATTERN
 
 AGENT_STATUS_ANNOTATION = "runtime.wcow.dev/agent-status"
 AGENT_STATUS_SCHEMA_VERSION: Final = 1
@@ -95,6 +101,16 @@ class AgentStatus(_Model):
     None when nothing waits. Optional: agents before the paced rollout never set it."""
     updated_at: ShortText | None = None
     handlers: Annotated[dict[HandlerName, HandlerStatus], Field(max_length=MAX_HANDLERS)] = {}
+
+
+def dump_agent_status(status: AgentStatus) -> str:
+    """The annotation's text: compact, key-sorted JSON without nulls, so the same status
+    always gives the same text (and an unchanged status no write)."""
+    return json.dumps(
+        status.model_dump(by_alias=True, exclude_none=True),
+        sort_keys=True,
+        separators=(",", ":"),
+    )
 
 
 def parse_agent_status(raw: str | None) -> AgentStatus | None:

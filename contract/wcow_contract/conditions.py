@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from wcow_operator.api.v1alpha1 import Condition, ConditionStatus
+from wcow_contract.v1alpha1 import Condition, ConditionStatus
 
 # Condition types a profile reports.
 VALID = "Valid"

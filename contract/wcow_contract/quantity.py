@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Final, Literal
 
-from wcow_operator.api.text import shown
+from wcow_contract.text import shown
 
 MAX_QUANTITY: Final = 2**63 - 1
 MAX_QUANTITY_TEXT: Final = 64

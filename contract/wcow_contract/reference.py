@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wcow_operator.api.crd import openapi_schema
+from wcow_contract.crd import openapi_schema
 
 
 def _type(node: dict[str, Any]) -> str:

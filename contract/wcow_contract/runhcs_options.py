@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from wcow_operator.api.hcs_annotations import default_refusal
-from wcow_operator.api.text import KEY_CHARACTERS, shown
+from wcow_contract.hcs_annotations import default_refusal
+from wcow_contract.text import KEY_CHARACTERS, shown
 
 INT32_MAX = 2**31 - 1
 

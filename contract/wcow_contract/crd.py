@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from wcow_operator.api import v1alpha1
+from wcow_contract import v1alpha1
 
 _DROP = {"title", "default", "$defs", "propertyNames"}
 

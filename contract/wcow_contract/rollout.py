@@ -16,6 +16,10 @@ Shape of ``data["rollout.json"]``::
      "halted": {"reason": "NodeFailed", "message": "...", "since": "...",
                 "nodes": [{"node": "node-b", "reason": "CanaryFailed", "message": "..."}]},
      "resumedBy": "token"}                # the resume annotation value last honoured
+
+Schema skew (docs/architecture.md): unknown fields are ignored, so an agent reads the rollout
+of an operator one version ahead that added a field; a rollout of another ``schemaVersion``
+is unreadable, and an unreadable rollout lets nobody change.
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ from typing import Annotated, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from wcow_operator.api.v1alpha1 import NodeFailure
+from wcow_contract.canonical import canonical_json
+from wcow_contract.v1alpha1 import NodeFailure
 
 ROLLOUT_CONFIGMAP: Final = "wcow-runtime-rollout"
 ROLLOUT_KEY: Final = "rollout.json"
+ROLLOUT_SCHEMA_VERSION: Final = 1
 # On the plan ConfigMap: set by the operator, which paces. A plan without it (written by
 # `wcow render` for GitOps without the operator) is applied by every node at once.
 PACED_ANNOTATION: Final = "runtime.wcow.dev/rollout"
@@ -51,13 +57,18 @@ class Halt(_Model):
 
 
 class Rollout(_Model):
-    schema_version: Literal[1] = 1
+    schema_version: Literal[1] = ROLLOUT_SCHEMA_VERSION
     plan_hash: str
     changed_handlers: list[str] = []
     max_unavailable: Annotated[int, Field(ge=1)]
     permitted: dict[str, str] = {}
     halted: Halt | None = None
     resumed_by: str | None = None
+
+
+def dump_rollout(rollout: Rollout) -> str:
+    """``rollout.json``: canonical JSON, so an unchanged rollout is an unchanged ConfigMap."""
+    return canonical_json(rollout.model_dump(by_alias=True, mode="json")).decode("utf-8")
 
 
 def parse_rollout(text: str | None) -> Rollout | None:

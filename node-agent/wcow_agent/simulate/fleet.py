@@ -1,8 +1,8 @@
 """``wcow-agent simulate``: a fleet of Windows nodes without Windows.
 
 Registers N Node objects with the labels a Windows node's kubelet sets, and runs for each
-the real agent loop (``runner.AgentLoop`` over ``apply.NodeAgent``) against an in-memory
-Windows host (``host/simulated.py``), all in one process. The operator cannot tell these
+the real agent loop (``runner.AgentLoop`` over ``cycle.NodeAgent``) against an in-memory
+Windows host (``simulate/host.py``), all in one process. The operator cannot tell these
 nodes from real ones: it sees their labels and agent-status annotations.
 
 Threads: two per node (the agent's loop and its plan watch, one watch connection each), so
@@ -30,10 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from wcow_agent.apply import NodeAgent, Timeouts
+from wcow_agent.attempt import Timeouts
 from wcow_agent.cluster import Cluster
+from wcow_agent.cycle import NodeAgent
 from wcow_agent.health import Health
-from wcow_agent.host.simulated import (
+from wcow_agent.metrics import Metrics
+from wcow_agent.runner import AgentLoop
+from wcow_agent.simulate.host import (
     Fault,
     Faults,
     HostSettings,
@@ -42,10 +45,9 @@ from wcow_agent.host.simulated import (
     SimulatedNode,
     parse_fault,
 )
-from wcow_agent.metrics import Metrics
-from wcow_agent.runner import AgentLoop, RunOptions
 from wcow_agent.state import Paths
-from wcow_operator.api.windows_builds import parse_windows_build
+from wcow_agent.watch import RunOptions
+from wcow_contract.windows_builds import parse_windows_build
 
 log = logging.getLogger("wcow_agent.simulate")
 

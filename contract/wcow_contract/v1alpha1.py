@@ -25,8 +25,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
-from wcow_operator.api import runhcs_options
-from wcow_operator.api.annotation_patterns import (
+from wcow_contract import runhcs_options
+from wcow_contract.annotation_patterns import (
     NAME_MAX,
     PLAIN_GLOB_NAME_TOO_LONG,
     PLAIN_GLOB_PATTERN,
@@ -34,7 +34,7 @@ from wcow_operator.api.annotation_patterns import (
     PREFIX_MAX,
     pattern_problem,
 )
-from wcow_operator.api.hcs_annotations import (
+from wcow_contract.hcs_annotations import (
     ANNOTATION_MEMORY_MB,
     ANNOTATION_PHYSICALLY_BACKED,
     ANNOTATION_PROCESSOR_COUNT,
@@ -44,13 +44,13 @@ from wcow_operator.api.hcs_annotations import (
     HOST_PROCESS_PREFIX,
     refused_default_keys,
 )
-from wcow_operator.api.quantity import (
+from wcow_contract.quantity import (
     MAX_QUANTITY_TEXT,
     QUANTITY_PATTERN,
     canonical_quantity,
     parse_quantity,
 )
-from wcow_operator.api.validation import (
+from wcow_contract.validation import (
     DNS1123_LABEL_MAX,
     DNS1123_LABEL_PATTERN,
     DNS1123_SUBDOMAIN_MAX,
@@ -63,7 +63,7 @@ from wcow_operator.api.validation import (
     metadata_annotations_problem,
     qualified_name_problem,
 )
-from wcow_operator.api.windows_builds import (
+from wcow_contract.windows_builds import (
     BUILD_ALIASES,
     WINDOWS_BUILD_LABEL,
     WINDOWS_BUILD_PATTERN,

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from wcow_operator.api.errors import ProfileInvalidError, parse_profile
-from wcow_operator.api.text import printable, shown
-from wcow_operator.api.validation import is_dns1123_label
-from wcow_operator.render.plan import entry_document, plan_entry
+from wcow_contract.errors import ProfileInvalidError, parse_profile
+from wcow_contract.plan import PlanEntry, entry_document, plan_entry
+from wcow_contract.text import printable, shown
+from wcow_contract.validation import is_dns1123_label
 
 MESSAGE_MAX = 400
 # Where a field of the profile document is in a plan entry (``entry_document``).
@@ -28,28 +28,48 @@ _METADATA_FIELDS = {
 ABSENT: Final = object()  # a missing key, in first_difference's answers
 
 
-def entry_problem(handler: Any, entry: Any) -> tuple[str, str] | None:
-    """(field, why) for the first thing wrong with one plan entry; None when it is exactly
-    what the operator renders from the spec it carries."""
+class EntryRefusedError(ValueError):
+    """A plan entry that is not what the operator renders from the spec it carries."""
+
+    def __init__(self, field: str, why: str) -> None:
+        super().__init__(f"{field}: {why}")
+        self.field = field
+        self.why = why
+
+
+def checked_entry(handler: Any, entry: Any) -> PlanEntry:
+    """The typed entry, when ``entry`` is exactly what the operator renders from the spec it
+    carries; else ``EntryRefusedError`` naming the first thing wrong (field, why)."""
     shape = _shape_problem(handler, entry)
     if shape is not None:
-        return shape
+        raise EntryRefusedError(*shape)
     try:
         profile = parse_profile(entry_document(entry))
     except ProfileInvalidError as error:
         first = error.problems[0]
         field = _METADATA_FIELDS.get(first.field, first.field)
-        return f"{handler}.{field}", _bounded(str(first))
+        raise EntryRefusedError(f"{handler}.{field}", _bounded(str(first))) from None
     if profile.handler != handler:
-        return (
+        raise EntryRefusedError(
             f"{handler}.spec.handler",
             f"names handler {shown(profile.handler)}, but the entry is for {handler!r}",
         )
-    found = first_difference(entry, plan_entry(profile))
-    if found is None:
-        return None
-    path, got, expected = found
-    return f"{handler}.{path}", not_rendered(got, expected)
+    rendered = plan_entry(profile)
+    found = first_difference(entry, rendered.view())
+    if found is not None:
+        path, got, expected = found
+        raise EntryRefusedError(f"{handler}.{path}", not_rendered(got, expected))
+    return rendered
+
+
+def entry_problem(handler: Any, entry: Any) -> tuple[str, str] | None:
+    """(field, why) for the first thing wrong with one plan entry; None when it is exactly
+    what the operator renders from the spec it carries."""
+    try:
+        checked_entry(handler, entry)
+    except EntryRefusedError as refused:
+        return refused.field, refused.why
+    return None
 
 
 def _shape_problem(handler: Any, entry: Any) -> tuple[str, str] | None:

@@ -1,0 +1,249 @@
+"""The plan: what every node agent should configure, as one versioned JSON document.
+
+Shape (schemaVersion 1)::
+
+    {
+      "apiVersion": "runtime.wcow.dev/v1alpha1",
+      "kind": "RuntimePlan",
+      "schemaVersion": 1,
+      "runtimesPath": {"2": [...], "3": [...], "4": [...]},   # where runtimes live per
+                                                              # config.toml version
+      "handlers": {
+        "<handler>": {
+          "profile": "<name>", "generation": 3, "uid": "...",
+          "isolation": "HyperV", "windowsBuild": "10.0.20348",
+          "vm": {"processorCount": 2, "memoryMB": 2048, "fullyPhysicallyBacked": false},
+          "canary": {"enabled": true, "timeoutSeconds": 180, "image": null},
+          "runtime": { ...the runtimes.<handler> table as data... },
+          "spec": { ...the profile's spec as the node needs it (``NODE_SPEC_FIELDS``)... }
+        }
+      },
+      "hash": "sha256:<hex>"    # over the canonical JSON of everything above
+    }
+
+The handler table is the same for every config version (runtime_type, annotation lists and
+runhcs options have the same keys in containerd 1.x and 2.x), so it is stored once, with the
+table path per version beside it; ``render_containerd_toml`` turns it into TOML.
+
+``spec`` is what the rest of the entry is rendered from. A node agent validates it with the
+profile model, renders the entry again and accepts the entry only if it is exactly that: a
+plan can carry only what the operator renders from a valid profile, whoever wrote it (the
+hash proves integrity, not authorship). ``spec`` was added within schemaVersion 1: agents
+that predate it ignore it, agents that check it refuse entries without it.
+
+Schema skew (docs/architecture.md): an agent accepts exactly what its own version renders,
+so a field it does not know refuses the plan; entries leave the spec's defaults out, so a
+new optional profile field changes the plan only once a profile sets it.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from wcow_contract.canonical import canonical_json, dump_json
+from wcow_contract.runtime_table import RUNTIMES_PATH, runtime_table
+from wcow_contract.v1alpha1 import API_VERSION
+from wcow_contract.v1alpha1 import WindowsRuntimeProfile as Profile
+
+PLAN_KIND: Final = "RuntimePlan"
+PLAN_SCHEMA_VERSION: Final = 1
+PLAN_CONFIGMAP = "wcow-runtime-plan"
+PLAN_KEY = "plan.json"
+PLAN_HASH_ANNOTATION = "runtime.wcow.dev/plan-hash"
+
+
+# The parts of a profile's spec that decide what a node does. The rest (overhead, scheduling,
+# rollout) is the operator's business and stays out, so changing it does not change the plan.
+NODE_SPEC_FIELDS = frozenset(
+    {
+        "isolation",
+        "windows_build",
+        "handler",
+        "sandbox",
+        "vm",
+        "annotations",
+        "containerd",
+        "canary",
+    }
+)
+
+
+def node_spec(profile: Profile) -> dict[str, Any]:
+    """The spec fields a node needs, as the profile document would carry them (defaults
+    left out, so the entry stays small)."""
+    return profile.spec.model_dump(
+        by_alias=True, mode="json", exclude_defaults=True, include=set(NODE_SPEC_FIELDS)
+    )
+
+
+def entry_document(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile document a plan entry says it was rendered from (``plan_entry`` reversed)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "WindowsRuntimeProfile",
+        "metadata": {
+            "name": entry.get("profile"),
+            "generation": entry.get("generation"),
+            "uid": entry.get("uid"),
+        },
+        "spec": entry.get("spec"),
+    }
+
+
+class _Wire(BaseModel):
+    """A part of the plan as it travels: strict (no coercion, so a value dumps back exactly as
+    it came), frozen, and closed (a key this version does not know is an error)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
+    )
+
+    def view(self) -> dict[str, Any]:
+        """This part as JSON data that shares the model's dicts and lists: to read or to
+        serialize, never to change (a plan's parts stay as they were rendered)."""
+        return {
+            field.alias or name: value.view() if isinstance(value, _Wire) else value
+            for name, field in type(self).model_fields.items()
+            if (value := getattr(self, name)) is not None or not self._omitted_when_none(name)
+        }
+
+    def document(self) -> dict[str, Any]:
+        """This part as JSON data of its own: the caller may change it."""
+        return copy.deepcopy(self.view())
+
+    @staticmethod
+    def _omitted_when_none(name: str) -> bool:
+        return False
+
+
+class PlanVm(_Wire):
+    """The utility VM a Hyper-V handler asks for (what its canary checks)."""
+
+    processor_count: int
+    memory_mb: int = Field(alias="memoryMB")
+    fully_physically_backed: bool
+
+
+class PlanCanary(_Wire):
+    """The profile's ``spec.canary``, as the agent runs it."""
+
+    enabled: bool
+    timeout_seconds: int
+    image: str | None
+
+
+class PlanEntry(_Wire):
+    """What the plan says of one handler."""
+
+    profile: str
+    generation: int | None
+    uid: str | None
+    isolation: Literal["Process", "HyperV"]
+    windows_build: str | None
+    """The guest build, ``10.0.<build>``; None: a process handler that pins no build."""
+    vm: PlanVm | None
+    canary: PlanCanary
+    runtime: dict[str, Any]
+    """The ``runtimes.<handler>`` table of config.toml, as data (``runtime_table``)."""
+    spec: dict[str, Any] | None = None
+    """The profile spec the entry was rendered from (``node_spec``). None only in an entry an
+    operator wrote before entries carried it: the key is then absent, and agents refuse it."""
+
+    @staticmethod
+    def _omitted_when_none(name: str) -> bool:
+        return name == "spec"
+
+
+class Plan(_Wire):
+    """The plan: every handler's entry, and the hash over the canonical JSON of the rest."""
+
+    api_version: Literal["runtime.wcow.dev/v1alpha1"]
+    kind: Literal["RuntimePlan"]
+    schema_version: Literal[1]
+    runtimes_path: dict[str, list[str]]
+    """Where handler tables live, by config.toml schema version (``RUNTIMES_PATH``)."""
+    handlers: dict[str, PlanEntry]
+    hash: str
+    """``sha256:<hex>`` over the canonical JSON of the document without ``hash``."""
+
+    def view(self) -> dict[str, Any]:
+        body = plan_body({h: entry.view() for h, entry in self.handlers.items()})
+        return {**body, "hash": self.hash}
+
+
+def plan_entry(profile: Profile) -> PlanEntry:
+    spec = profile.spec
+    vm = spec.effective_vm()
+    options = runtime_table(profile)
+    vm_entry = None
+    if vm is not None:
+        vm_entry = PlanVm(
+            processor_count=options["options"]["VmProcessorCount"],
+            memory_mb=options["options"]["VmMemorySizeInMb"],
+            fully_physically_backed=vm.fully_physically_backed,
+        )
+    canary = spec.canary
+    return PlanEntry(
+        profile=profile.name,
+        generation=profile.metadata.generation,
+        uid=profile.metadata.uid,
+        isolation=spec.isolation,
+        windows_build=spec.guest_build.label_value if spec.guest_build else None,
+        vm=vm_entry,
+        canary=PlanCanary(
+            enabled=canary.enabled, timeout_seconds=canary.timeout_seconds, image=canary.image
+        ),
+        runtime=options,
+        spec=node_spec(profile),
+    )
+
+
+def plan_hash(body: Mapping[str, Any]) -> str:
+    return "sha256:" + hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+def plan_body(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The plan's JSON document around these entry documents (handler -> entry), without its
+    hash: the one place that lays the plan out."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": PLAN_KIND,
+        "schemaVersion": PLAN_SCHEMA_VERSION,
+        "runtimesPath": {str(v): list(path) for v, path in RUNTIMES_PATH.items()},
+        "handlers": {handler: entries[handler] for handler in sorted(entries)},
+    }
+
+
+def plan_document(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """``plan_body`` with its hash: the JSON of a plan holding these entry documents."""
+    body = plan_body(entries)
+    return {**body, "hash": plan_hash(body)}
+
+
+def build_plan(entries: Mapping[str, PlanEntry]) -> Plan:
+    """The plan for these handler entries (handler -> ``plan_entry``), with its hash."""
+    document = plan_document({handler: entry.view() for handler, entry in entries.items()})
+    return Plan(
+        api_version=document["apiVersion"],
+        kind=document["kind"],
+        schema_version=document["schemaVersion"],
+        runtimes_path=document["runtimesPath"],
+        handlers={handler: entries[handler] for handler in sorted(entries)},
+        hash=document["hash"],
+    )
+
+
+def plan_for(profiles: Iterable[Profile]) -> Plan:
+    """The plan for profiles whose handlers are unique (the caller checks that)."""
+    return build_plan({profile.handler: plan_entry(profile) for profile in profiles})
+
+
+def dump_plan(plan: Plan) -> str:
+    """``plan.json`` as ``wcow render --out`` writes it (agents read any JSON layout)."""
+    return dump_json(plan.view())

@@ -1,0 +1,284 @@
+"""One cycle on the node: judge the plan for this host, then let the other rooms act.
+
+``NodeAgent.reconcile`` reads the host's facts, the state and config.toml (finishing what a
+killed predecessor began), chooses the handlers this host can run and merges them
+(``eligibility``, ``merge``), and then:
+
+- ``gate``: whether the node may change config.toml to the plan now (paced rollout);
+- ``attempt``: the change as one transaction (preflight, write, restart, rollback);
+- ``proving``: a canary for each changed handler;
+- ``uninstall``: what an adoption replaced or gave back, and ``wcow-agent uninstall``.
+
+It returns a ``CycleReport``; the runner turns that into labels, status, metrics and events.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+from wcow_agent import gate
+from wcow_agent.agent import (
+    CycleReport,
+    HandlerOutcome,
+    HostFacts,
+    drifted,
+    merge_on_host,
+    restart_reason,
+)
+from wcow_agent.attempt import NO_FILE, Change, Failures, Restarter, Timeouts, Transaction
+from wcow_agent.canary import Canary
+from wcow_agent.eligibility import Host as EligibilityHost
+from wcow_agent.eligibility import classify_handlers
+from wcow_agent.files import read_config, sweep_temp_files
+from wcow_agent.gate import Pace
+from wcow_agent.host.interfaces import ContainerdError, Host, HostError
+from wcow_agent.merge import ConfigError, MergeResult
+from wcow_agent.proving import Prover
+from wcow_agent.state import Paths, StateJournal, text_hash
+from wcow_agent.uninstall import Uninstaller, note_adoptions
+from wcow_contract.plan import Plan, PlanEntry
+from wcow_contract.windows_builds import WindowsBuild
+
+
+@dataclass
+class Cycle:
+    """What one reconcile has learnt so far."""
+
+    report: CycleReport
+    facts: HostFacts
+    journal: StateJournal
+    original: str
+    """config.toml as read (containerd's defaults when there is none)."""
+    created: bool
+    """There is no config.toml: writing one creates it."""
+    disk_hash: str | None
+
+    def changes_file(self, result: MergeResult) -> bool:
+        """Whether the merge changes config.toml (a file the agent would only seed from
+        containerd's defaults, with no table of its own, is not written)."""
+        return result.changed(self.original) and not (self.created and not result.owned)
+
+
+class NodeAgent:
+    def __init__(
+        self,
+        host: Host,
+        paths: Paths,
+        *,
+        log_root: str,
+        timeouts: Timeouts | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        cancel: threading.Event | None = None,
+        adopt: Collection[str] = (),
+    ) -> None:
+        self.host = host
+        self.adopt = frozenset(adopt)
+        """Handlers whose hand-written table the agent may take over (--adopt-handlers)."""
+        self.paths = paths
+        self.timeouts = timeouts or Timeouts()
+        self.canary = Canary(host.cri, host.hcs, log_root, clock)
+        self.restart = Restarter(host, self.timeouts, clock, sleep)
+        self.transaction = Transaction(host, paths, self.restart)
+        self.prover = Prover(host, self.canary, cancel)
+        self._build: WindowsBuild | None = None
+        self._hyperv: bool | None = None
+        self._containerd_version: str | None = None
+
+    def facts(self) -> HostFacts:
+        """Build and Hyper-V once per process (they change only with a reboot, which
+        restarts the agent); containerd's version every cycle (upgrades)."""
+        if self._build is None:
+            self._build = self.host.windows.windows_build()
+        if self._hyperv is None:
+            self._hyperv = self.host.windows.hyperv_available()
+        try:
+            self._containerd_version = self.host.containerd.version()
+        except ContainerdError:
+            if self._containerd_version is None:
+                raise
+        return HostFacts(self._build.label_value, self._hyperv, self._containerd_version)
+
+    def uninstall(self) -> list[str]:
+        """``wcow-agent uninstall`` (see ``Uninstaller.run``)."""
+        return Uninstaller(self.host, self.paths, self.canary, self.restart).run()
+
+    def reconcile(
+        self, plan: Plan | None, force_canary: bool = False, pace: Pace | None = None
+    ) -> CycleReport:
+        """Bring config.toml and containerd in line with ``plan`` (None: no plan known,
+        change nothing but finish an interrupted restart), then prove what changed.
+        ``pace``: the rollout's permission; None applies at once (an unpaced plan)."""
+        report = CycleReport(plan_hash=plan.hash if plan else None)
+        try:
+            cycle = self._begin(report, plan)
+            if cycle is not None:
+                try:
+                    if plan is not None:
+                        self._steps(cycle, plan, force_canary, pace)
+                finally:
+                    report.attempted_plan_hash = cycle.journal.state.attempted_plan
+                    report.applied_plan_hash = cycle.journal.state.applied_plan
+        except OSError as error:
+            # A file the agent could not write (held open by another process, disk full):
+            # the state on disk is consistent at every step, so the next cycle retries.
+            message = f"{getattr(error, 'filename', None) or self.paths.config}: {error}"
+            report.result = "failed"
+            report.event("FileError", message, warning=True)
+            if plan is not None:
+                outcomes = report.handlers if report.handlers is not None else {}
+                for handler, entry in plan.handlers.items():
+                    if outcomes.get(handler) is None or outcomes[handler].state == "Ready":
+                        outcomes[handler] = HandlerOutcome(
+                            "Failed", "FileError", message, entry.generation
+                        )
+                report.handlers = outcomes
+        return report
+
+    def _steps(self, cycle: Cycle, plan: Plan, force_canary: bool, pace: Pace | None) -> None:
+        judged = self._judge(cycle, plan)
+        if judged is None:
+            return
+        eligible, result = judged
+        report, journal = cycle.report, cycle.journal
+        changes_file = cycle.changes_file(result)
+        verdict = gate.open_gate(result, journal, plan, pace, changes_file)
+        if verdict.allowed and changes_file:
+            verdict = gate.begin_attempt(
+                report, journal, cycle.facts, result, eligible, verdict=verdict, pace=pace
+            )
+        elif verdict.allowed:
+            gate.take_unchanged(journal, plan.hash)
+        failed: Failures = {}
+        if not verdict.allowed:
+            gate.hold(report, journal, result, plan, verdict.message)
+        elif changes_file:
+            touched = sorted({*result.added, *result.updated} & set(eligible))
+            change = Change(result, cycle.original, cycle.created, touched)
+            failed = self.transaction.run(report, journal, change, cycle.facts)
+        self.prover.prove(
+            report, journal, result.owned, eligible, failed_apply=failed, force=force_canary
+        )
+        if verdict.allowed:
+            note_adoptions(report, result, self.paths)
+            gate.settle(report, journal, plan.hash)
+
+    def _begin(self, report: CycleReport, plan: Plan | None) -> Cycle | None:
+        """Host facts, state, the file on disk, and what a killed predecessor left."""
+        try:
+            facts = self.facts()
+        except HostError as error:
+            report.result = "failed"
+            report.event("HostFactsUnavailable", str(error), warning=True)
+            if plan is not None:
+                report.handlers = {
+                    h: HandlerOutcome("Failed", "HostFactsUnavailable", str(error))
+                    for h in plan.handlers
+                }
+            return None
+        report.facts = facts
+        journal, warning = StateJournal.load(self.paths.state)
+        if warning:
+            report.event("StateUnreadable", warning, warning=True)
+        sweep_temp_files(self.paths.config)
+        if not self.prover.swept:
+            self.prover.sweep(report)
+        config = self.paths.config
+        created = not config.exists()
+        try:
+            original = self.host.containerd.config_default() if created else read_config(config)
+        except (HostError, OSError, UnicodeDecodeError) as error:
+            self._refused(report, plan, "ConfigUnreadable", f"{config}: {error}")
+            return None
+        disk_hash = None if created else text_hash(original)
+        cycle = Cycle(report, facts, journal, original, created, disk_hash)
+        self._what_containerd_runs(cycle)
+        return cycle
+
+    def _what_containerd_runs(self, cycle: Cycle) -> None:
+        """Record what containerd runs when it is news, and finish a restart a killed
+        predecessor began before anything else changes."""
+        state, disk_hash, config = cycle.journal.state, cycle.disk_hash, self.paths.config
+        if state.loaded is None and not state.restart_pending:
+            # First contact: containerd runs what is on disk (or its defaults: no file).
+            cycle.journal.containerd_runs(NO_FILE if cycle.created else str(disk_hash))
+        elif (
+            disk_hash is not None
+            and disk_hash not in (state.written, state.loaded)
+            and not state.restart_pending
+        ):
+            cycle.report.event(
+                "ConfigChangedElsewhere",
+                f"{config} was rewritten by something else; checking the agent's tables",
+            )
+            cycle.journal.containerd_runs(disk_hash)
+        if restart_reason(state, disk_hash):
+            self.transaction.recover(cycle.report, cycle.journal, disk_hash)
+            if config.exists() and cycle.disk_hash != text_hash(read_config(config)):
+                cycle.original = read_config(config)  # rolled back to the backup
+                cycle.disk_hash = text_hash(cycle.original)
+
+    def _judge(self, cycle: Cycle, plan: Plan) -> tuple[dict[str, PlanEntry], MergeResult] | None:
+        """Which handlers this host runs, and the merged file (None: the file is refused)."""
+        report, facts, state = cycle.report, cycle.facts, cycle.journal.state
+        eligible, refused = classify_handlers(
+            plan.handlers,
+            EligibilityHost(_build(facts.build), facts.hyperv_available, facts.containerd_version),
+        )
+        report.handlers = {
+            handler: HandlerOutcome(
+                "NotEligible", r.reason, r.message, plan.handlers[handler].generation
+            )
+            for handler, r in refused.items()
+        }
+        desired = {handler: entry.runtime for handler, entry in eligible.items()}
+        pristine = read_config(self.paths.pristine) if self.paths.pristine.exists() else None
+        try:
+            result = merge_on_host(
+                cycle.original, desired, state, facts.containerd_version, pristine, adopt=self.adopt
+            )
+        except ConfigError as error:
+            self._refused(report, plan, "ConfigRefused", str(error), eligible)
+            return None
+        report.config_version = result.version
+        for handler, message in result.conflicts.items():
+            report.handlers[handler] = HandlerOutcome(
+                "Conflict", "ConflictingTable", message, eligible[handler].generation
+            )
+        report.drift_repaired = drifted(result, state.owned, desired)
+        if report.drift_repaired:
+            report.event(
+                "DriftRepaired",
+                "config.toml lost or changed the agent's tables for "
+                f"{', '.join(report.drift_repaired)}; writing them again",
+                warning=True,
+            )
+        report.removed = [h for h in result.removed if h not in desired]
+        return eligible, result
+
+    @staticmethod
+    def _refused(
+        report: CycleReport,
+        plan: Plan | None,
+        reason: str,
+        message: str,
+        eligible: dict[str, PlanEntry] | None = None,
+    ) -> None:
+        """config.toml cannot be edited: nothing is written, every handler that should be
+        applied fails closed (its label goes), the message says what to fix."""
+        report.result = "refused"
+        report.event(reason, message, warning=True)
+        if plan is not None:
+            outcomes = report.handlers if report.handlers is not None else {}
+            for handler, entry in (eligible or plan.handlers).items():
+                outcomes.setdefault(
+                    handler, HandlerOutcome("Failed", reason, message, entry.generation)
+                )
+            report.handlers = outcomes
+
+
+def _build(label: str) -> WindowsBuild:
+    return WindowsBuild(int(label.rsplit(".", 1)[1]))

@@ -1,0 +1,123 @@
+"""Letting go: adopted hand-written tables said out loud, and ``wcow-agent uninstall``.
+
+An adopted table (``--adopt-handlers``) is kept in the state when the agent takes it over and
+written back when the agent lets go of the handler (``merge``); ``note_adoptions`` says both
+on the Node. ``Uninstaller`` removes every table the agent owns (writing the adopted ones
+back), restarts containerd once and deletes the agent's files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from wcow_agent.agent import CycleReport, merge_on_host, restart_reason
+from wcow_agent.attempt import Restarter
+from wcow_agent.canary import Canary
+from wcow_agent.files import read_config, sweep_temp_files, write_atomically
+from wcow_agent.host.interfaces import Host, HostError
+from wcow_agent.merge import MergeResult
+from wcow_agent.state import AgentState, Paths, load_state, text_hash
+
+log = logging.getLogger("wcow_agent")
+
+
+class UninstallError(RuntimeError):
+    pass
+
+
+def note_adoptions(report: CycleReport, result: MergeResult, paths: Paths) -> None:
+    """Say what an adoption replaced or gave back: an event, the log, and the handler's
+    message in the status annotation (kept while its state holds)."""
+    if report.result != "applied":
+        return
+    outcomes = report.handlers if report.handlers is not None else {}
+    for handler, table in sorted(result.adopted.items()):
+        note = (
+            f"adopted the hand-written table {handler!r} of {paths.config} "
+            f"(--adopt-handlers); it replaced {_compact(table)}, kept in "
+            f"{paths.state.name} and written back when the agent lets go of it"
+        )
+        log.warning("%s", note)
+        report.event("HandlerAdopted", note, warning=True)
+        outcome = outcomes.get(handler)
+        if outcome is not None:
+            message = f"{outcome.message}; {note}" if outcome.message else note
+            outcomes[handler] = replace(outcome, message=message, carried=False)
+    for handler in result.restored:
+        note = f"wrote back the hand-written table {handler!r} the agent had adopted"
+        log.info("%s", note)
+        report.event("AdoptedTableRestored", note)
+
+
+def _compact(table: Mapping[str, Any]) -> str:
+    return json.dumps(table, sort_keys=True, separators=(",", ":"), default=str)
+
+
+class Uninstaller:
+    def __init__(self, host: Host, paths: Paths, canary: Canary, restart: Restarter) -> None:
+        self.host = host
+        self.paths = paths
+        self.canary = canary
+        self.restart = restart
+
+    def run(self) -> list[str]:
+        """Remove every table the agent owns, restart containerd once, delete the agent's
+        files. Returns what was done; raises UninstallError when containerd would not
+        come up without the tables (the file with them is put back)."""
+        done: list[str] = []
+        paths = self.paths
+        state, _ = load_state(paths.state)
+        sweep_temp_files(paths.config)
+        removed, _ = self.canary.sweep()
+        if removed:
+            done.append(f"removed canary sandboxes {', '.join(removed)}")
+        if paths.config.exists():
+            done += self._remove_tables(state)
+        for leftover in (paths.state, paths.pristine, paths.backup):
+            if leftover.exists():
+                leftover.unlink()
+                done.append(f"deleted {leftover.name}")
+        return done
+
+    def _remove_tables(self, state: AgentState) -> list[str]:
+        paths, report, done = self.paths, CycleReport(), []
+        original = read_config(paths.config)
+        pristine = read_config(paths.pristine) if paths.pristine.exists() else None
+        result = merge_on_host(original, {}, state, self._containerd_version_or_none(), pristine)
+        delete = state.created_config and self._is_containerd_default(result.text)
+        if result.changed(original) or delete:
+            if delete:
+                paths.config.unlink()
+                done.append(f"deleted {paths.config} (the agent had created it)")
+            else:
+                write_atomically(paths.config, result.text)
+                done.append(f"removed {', '.join(result.removed) or 'the agent'}'s tables")
+            came_up, why = self.restart(report, "uninstall")
+            if not came_up:
+                write_atomically(paths.config, original, backup=False)
+                self.restart(report, "rollback")
+                raise UninstallError(
+                    f"containerd did not come up without the agent's tables ({why}); "
+                    f"{paths.config} was put back as it was"
+                )
+            done.append("restarted containerd")
+        elif restart_reason(state, text_hash(original)):
+            self.restart(report, "recovery")
+            done.append("restarted containerd (an earlier restart was unfinished)")
+        return done
+
+    def _containerd_version_or_none(self) -> str | None:
+        try:
+            return self.host.containerd.version()
+        except HostError:
+            return None
+
+    def _is_containerd_default(self, text: str) -> bool:
+        try:
+            return text == self.host.containerd.config_default()
+        except HostError:
+            return False

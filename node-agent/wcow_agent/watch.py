@@ -1,0 +1,165 @@
+"""The plan and rollout ConfigMaps as the agent last saw them.
+
+Two watch threads keep them current and wake the loop only when what matters to this node
+changed; the loop reads them once per cycle (reading them from the API server when no watch
+has delivered them yet).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TypeVar
+
+from wcow_agent.cluster import (
+    Cluster,
+    ClusterError,
+    PlanObject,
+    RolloutObject,
+    WatchExpiredError,
+)
+from wcow_agent.metrics import Metrics
+from wcow_agent.pacing import Permission
+from wcow_agent.plan import PlanError, load_plan
+from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_KEY, Plan
+
+log = logging.getLogger("wcow_agent")
+
+Watched = TypeVar("Watched", PlanObject, RolloutObject)
+
+WATCH_TIMEOUT_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    node_name: str
+    namespace: str = "wcow-system"
+    resync_seconds: float = 300.0
+    drift_check_seconds: float = 30.0
+    retry_seconds: float = 30.0
+
+
+class ClusterView:
+    def __init__(
+        self,
+        cluster: Cluster,
+        options: RunOptions,
+        metrics: Metrics,
+        stop: threading.Event,
+        wake: threading.Event,
+    ) -> None:
+        self.cluster = cluster
+        self.options = options
+        self.metrics = metrics
+        self.stop = stop
+        self.wake = wake
+        self._lock = threading.Lock()
+        self._plan: PlanObject | None = None
+        self._rollout: RolloutObject | None = None
+        self._rollout_view: tuple[object, ...] | None = None
+
+    def on_plan(self, plan: PlanObject) -> None:
+        with self._lock:
+            same = self._plan is not None and (self._plan.exists, self._plan.text) == (
+                plan.exists,
+                plan.text,
+            )
+            self._plan = plan
+        if not same:
+            self.wake.set()
+
+    def on_rollout(self, rollout: RolloutObject) -> None:
+        """Wake the loop only when what the rollout says about this node changed: another
+        node let in is no reason for a cycle here."""
+        view = Permission.of(True, rollout.exists, rollout.text, self.options.namespace).view(
+            self.options.node_name
+        )
+        with self._lock:
+            same = self._rollout_view == view
+            self._rollout = rollout
+            self._rollout_view = view
+        if not same:
+            self.wake.set()
+
+    def watch_plan_forever(self) -> None:
+        """The plan ConfigMap; runs in its own thread until ``stop``."""
+        self._follow("plan", self.cluster.get_plan, self.cluster.watch_plan, self.on_plan)
+
+    def watch_rollout_forever(self) -> None:
+        """The rollout ConfigMap; runs in its own thread until ``stop``."""
+        self._follow(
+            "rollout", self.cluster.get_rollout, self.cluster.watch_rollout, self.on_rollout
+        )
+
+    def _follow(
+        self,
+        what: str,
+        get: Callable[[str], Watched],
+        watch: Callable[[str, str | None, int], Iterator[Watched]],
+        on: Callable[[Watched], None],
+    ) -> None:
+        """List, then watch from that resourceVersion; list again on 410 or errors."""
+        backoff = 1.0
+        resource_version: str | None = None
+        while not self.stop.is_set():
+            try:
+                if resource_version is None:
+                    current = get(self.options.namespace)
+                    on(current)
+                    resource_version = current.resource_version or ""
+                for current in watch(
+                    self.options.namespace, resource_version or None, WATCH_TIMEOUT_SECONDS
+                ):
+                    on(current)
+                    resource_version = current.resource_version or resource_version
+                    if self.stop.is_set():
+                        return
+                backoff = 1.0
+            except WatchExpiredError:
+                resource_version = None
+            except ClusterError as error:
+                self.metrics.cluster_errors.inc()
+                log.warning("%s watch: %s (retrying in %.0f s)", what, error, backoff)
+                resource_version = None
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, 60.0)
+
+    def permission(self) -> Permission:
+        """Whether the current plan is paced, and the rollout as last seen (read once if
+        the watch has not delivered it yet). Unreadable: nobody is let in."""
+        with self._lock:
+            plan, rollout = self._plan, self._rollout
+        paced = plan is not None and plan.paced
+        if not paced:
+            return Permission(paced=False)
+        if rollout is None:
+            try:
+                rollout = self.cluster.get_rollout(self.options.namespace)
+            except ClusterError as error:
+                self.metrics.cluster_errors.inc()
+                return Permission(True, None, f"cannot read the rollout: {error}")
+            self.on_rollout(rollout)
+        return Permission.of(True, rollout.exists, rollout.text, self.options.namespace)
+
+    def plan(self) -> tuple[Plan | None, str | None]:
+        """(the plan, why there is none)."""
+        with self._lock:
+            plan = self._plan
+        if plan is None:
+            try:
+                plan = self.cluster.get_plan(self.options.namespace)
+            except ClusterError as error:
+                self.metrics.cluster_errors.inc()
+                return None, f"cannot read the plan: {error}"
+            self.on_plan(plan)
+        source = f"ConfigMap {self.options.namespace}/{PLAN_CONFIGMAP}"
+        if not plan.exists:
+            return None, f"{source} does not exist (is wcow-operator running?)"
+        if plan.text is None:
+            return None, f"{source} has no key {PLAN_KEY}"
+        try:
+            return load_plan(plan.text, source), None
+        except PlanError as error:
+            return None, str(error)

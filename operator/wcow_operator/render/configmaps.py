@@ -1,0 +1,58 @@
+"""The ConfigMaps the operator writes: the plan (``wcow_contract.plan``) and the rollout
+(``wcow_contract.rollout``), as Kubernetes objects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wcow_contract.canonical import canonical_json
+from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_HASH_ANNOTATION, PLAN_KEY, Plan
+from wcow_contract.rollout import (
+    PACED_ANNOTATION,
+    PACED_VALUE,
+    ROLLOUT_CONFIGMAP,
+    ROLLOUT_KEY,
+    Rollout,
+    dump_rollout,
+)
+
+
+def plan_config_map(plan: Plan, namespace: str, *, paced: bool = False) -> dict[str, Any]:
+    """The plan's ConfigMap. ``paced``: the operator's, whose rollout ConfigMap says which
+    nodes may change; without it (``wcow render`` for GitOps) every node applies at once."""
+    annotations = {PLAN_HASH_ANNOTATION: plan.hash}
+    if paced:
+        annotations[PACED_ANNOTATION] = PACED_VALUE
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": PLAN_CONFIGMAP,
+            "namespace": namespace,
+            "labels": {
+                "app.kubernetes.io/managed-by": "wcow-operator",
+                "app.kubernetes.io/part-of": "wcow-runtime",
+            },
+            "annotations": annotations,
+        },
+        # Compact JSON: a ConfigMap holds at most 1 MiB, and agents parse it anyway.
+        "data": {PLAN_KEY: canonical_json(plan.view()).decode("utf-8")},
+    }
+
+
+def rollout_config_map(rollout: Rollout, namespace: str) -> dict[str, Any]:
+    """The rollout's ConfigMap (see ``wcow_contract.rollout``)."""
+    text = dump_rollout(rollout)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": ROLLOUT_CONFIGMAP,
+            "namespace": namespace,
+            "labels": {
+                "app.kubernetes.io/managed-by": "wcow-operator",
+                "app.kubernetes.io/part-of": "wcow-runtime",
+            },
+        },
+        "data": {ROLLOUT_KEY: text},
+    }
