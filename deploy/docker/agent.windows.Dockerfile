@@ -35,6 +35,7 @@ RUN python -m sigstore verify identity --bundle /tmp/python.zip.sigstore \
 COPY pyproject.toml uv.lock README.md ./
 COPY operator ./operator
 COPY node-agent ./node-agent
+COPY contract ./contract
 COPY crds ./crds
 RUN minor=$(echo "${PYTHON_VERSION}" | cut -d. -f1,2) \
  && uv export --frozen --no-dev --no-emit-project --format requirements-txt -o /tmp/requirements.txt \

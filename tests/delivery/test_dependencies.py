@@ -12,7 +12,7 @@ import tomllib
 from tests.conftest import ROOT
 
 PACKAGES = (ROOT / "operator" / "wcow_operator", ROOT / "node-agent" / "wcow_agent")
-FIRST_PARTY = {"wcow_operator", "wcow_agent"}
+FIRST_PARTY = {"wcow_operator", "wcow_agent", "wcow_contract"}
 
 
 def _name(requirement: str) -> str:
