@@ -72,10 +72,6 @@ class Supervisor:
                 m.thread.name for m in self._members if m.thread.ident and not m.thread.is_alive()
             ]
 
-    def liveness(self) -> tuple[bool, str]:
-        lost = self.lost()
-        return (False, f"thread {', '.join(lost)} ended") if lost else (True, "ok")
-
     def wait(self, until: threading.Event, poll: float = 0.5) -> bool:
         """Block until ``until`` is set (True) or a member is lost (False, logged)."""
         while not until.wait(poll):
