@@ -213,26 +213,20 @@ def start(settings: OperatorSettings, webhook: Webhook | None, supervisor: Super
     )  # fmt: skip
     runner = Runner(controller, settings.resync_seconds, settings.debounce_seconds)
     cache.on_change = runner.trigger
-    keeper = None
-    if webhook is not None:
-        configurations = WebhookConfigurations(api_client)
-        index = ProfileIndex(cache.profile_bodies)
-        keeper = WebhookKeeper(configurations, webhook.settings, webhook.certificate, index.classes)
+    admission = admission_parts(webhook, api_client, cache, metrics) if webhook else None
+    keeper = admission.keeper if admission is not None else None
     probes = Probes(runner, threading.Event(), keeper, settings.resync_seconds)
     health = HealthServer(settings.health_port, probes.live, probes.ready)
     health.start()
     serve_http("health", supervisor, health.thread)
     start_informers(supervisor, api, cache, settings.namespace, metrics)
-    if webhook is not None and keeper is not None:
-        start_webhook_keeping(supervisor, webhook, keeper, cache)
+    if admission is not None:
+        start_webhook_keeping(supervisor, admission, cache)
     elected = start_election(supervisor, settings, identity)
     reconciler = Reconciler(runner, elected, probes.leading, supervisor.stopping)
     supervisor.start("reconciler", reconciler.run, stop=reconciler.stop, grace=LAST_PASS_SECONDS)
-    if webhook is not None:
-        server = AdmissionServer(
-            webhook.settings, webhook.certificate, index.current,
-            AdmissionMetrics(metrics.registry), synced=cache.synced,
-        )  # fmt: skip
+    if admission is not None:
+        server = admission.server
         supervisor.start("kopf", server.run, stop=server.stop, grace=STOP_SECONDS)
     return probes
 
@@ -279,11 +273,33 @@ def start_informers(
         supervisor.start(f"watch-{watched.kind}", informer)
 
 
+@dataclass(frozen=True)
+class Admission:
+    """The webhook's parts: the keeper of its configurations and kopf's server."""
+
+    webhook: Webhook
+    keeper: WebhookKeeper
+    server: AdmissionServer
+
+
+def admission_parts(
+    webhook: Webhook, api_client: Any, cache: ClusterCache, metrics: Metrics
+) -> Admission:
+    index = ProfileIndex(cache.profile_bodies)
+    configurations = WebhookConfigurations(api_client)
+    keeper = WebhookKeeper(configurations, webhook.settings, webhook.certificate, index.classes)
+    server = AdmissionServer(
+        webhook.settings, webhook.certificate, index.current,
+        AdmissionMetrics(metrics.registry), synced=cache.synced,
+    )  # fmt: skip
+    return Admission(webhook, keeper, server)
+
+
 def start_webhook_keeping(
-    supervisor: Supervisor, webhook: Webhook, keeper: WebhookKeeper, cache: ClusterCache
+    supervisor: Supervisor, admission: Admission, cache: ClusterCache
 ) -> None:
     """Renew this replica's own serving certificate, and keep the webhook configurations."""
-    stop = supervisor.stopping
+    stop, webhook = supervisor.stopping, admission.webhook
     if webhook.authority is not None:
         authority, hosts, first = webhook.authority, webhook.settings.hosts, webhook.certificate
         supervisor.start("webhook-certificate", lambda: keep_renewed(authority, hosts, first, stop))
@@ -291,7 +307,7 @@ def start_webhook_keeping(
     def keep() -> None:
         while not cache.synced() and not stop.wait(0.2):
             pass  # never publish "no classes" before the profiles are known
-        keeper.run(stop)
+        admission.keeper.run(stop)
 
     supervisor.start("webhook-configurations", keep)
 
