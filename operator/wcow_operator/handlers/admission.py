@@ -1,7 +1,8 @@
 """The pod admission webhook, served by kopf: a thin adapter over
 ``wcow_operator.reconcile.admission.admit``.
 
-kopf serves the endpoints (``kopf.WebhookServer``, one path per handler id). The webhook
+kopf serves the endpoints (``kopf.WebhookServer``, one path per handler id) from its own
+thread (``handlers.webhook_server``); each decision runs in the ``Decider``'s threads. The webhook
 configurations are kept by ``WebhookKeeper`` rather than kopf's ``settings.admission.managed``:
 kopf's managed configurations cannot carry the namespaceSelector and matchConditions that keep
 every pod outside the wcow classes away from the webhook (see ``render.webhooks``), and they

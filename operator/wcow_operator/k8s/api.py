@@ -1,10 +1,11 @@
-"""The one module of the operator that talks to the Kubernetes API.
+"""The operator's adapter to the Kubernetes API (the controller's ``ClusterApi``).
 
 Objects go in and come out as plain JSON dicts (camelCase, as kubectl shows them). Every
 method declares the API permission it uses (``@uses``); a test checks each against the RBAC
 rules in ``wcow_operator.rbac``, so the ClusterRole never lags the code.
-Transient failures (429, 5xx, timeouts, dropped connections) are retried here with backoff;
-409 and the rest surface as ``ApiError`` so the controller can re-read and decide again.
+Requests go through ``k8s.transport``. Transient failures (429, 5xx, timeouts, dropped
+connections) are retried here with ``support.retry``; 409 and the rest surface as
+``ApiError`` so the controller can re-read and decide again.
 """
 
 from __future__ import annotations
