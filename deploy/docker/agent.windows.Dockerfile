@@ -37,6 +37,7 @@ COPY pyproject.toml uv.lock README.md ./
 COPY contract ./contract
 COPY operator ./operator
 COPY node-agent ./node-agent
+COPY contract ./contract
 COPY crds ./crds
 RUN minor=$(echo "${PYTHON_VERSION}" | cut -d. -f1,2) \
  && uv export --frozen --no-dev --only-group agent --no-emit-project --format requirements-txt \

@@ -16,6 +16,7 @@ COPY pyproject.toml uv.lock README.md ./
 COPY contract ./contract
 COPY operator ./operator
 COPY node-agent ./node-agent
+COPY contract ./contract
 COPY crds ./crds
 RUN uv export --frozen --no-dev --no-emit-project --format requirements-txt -o /tmp/requirements.txt \
  && uv build --wheel --out-dir /tmp/dist \

@@ -32,7 +32,6 @@ from wcow_agent.cycle import NodeAgent
 from wcow_agent.eligibility import Host as EligibilityHost
 from wcow_agent.eligibility import Refusal, classify_handlers
 from wcow_agent.files import FileLock, LockedError, read_config, write_atomically
-from wcow_agent.health import Health, HealthServer
 from wcow_agent.host.interfaces import Host, HostError
 from wcow_agent.host.windows import (
     WindowsHostOptions,
@@ -57,6 +56,7 @@ from wcow_agent.uninstall import UninstallError
 from wcow_agent.watch import RunOptions
 from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_contract.labels import READY_VALUE, ready_label
+from wcow_contract.support.health import HealthServer, StepHealth
 from wcow_contract.validation import is_dns1123_label
 from wcow_contract.windows_builds import parse_windows_build
 
@@ -434,7 +434,7 @@ def prepare_run(
         cluster,
         options,
         metrics=Metrics(),
-        health=Health(),
+        health=StepHealth(),
         stop=stop,
     )
 
@@ -450,7 +450,9 @@ def serve(args: argparse.Namespace, loop: AgentLoop) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_FAILED
     metrics_server, _ = start_http_server(args.metrics_port, registry=loop.metrics.registry)
-    health_server = HealthServer(loop.health, args.health_port)
+    health_server = HealthServer(
+        args.health_port, live=loop.health.liveness, ready=loop.health.readiness
+    )
     health_server.start()
     loop.ports = {"metrics": int(metrics_server.server_address[1]), "health": health_server.port}
     log.info(

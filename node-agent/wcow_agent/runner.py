@@ -35,7 +35,6 @@ from wcow_agent.cluster import (
 )
 from wcow_agent.cycle import NodeAgent
 from wcow_agent.gate import Pace
-from wcow_agent.health import Health
 from wcow_agent.metrics import Metrics
 from wcow_agent.state import StateJournal, load_state, text_hash
 from wcow_agent.watch import ClusterView, RunOptions
@@ -46,6 +45,7 @@ from wcow_contract.agent_status import (
     parse_agent_status,
 )
 from wcow_contract.plan import Plan
+from wcow_contract.support.health import StepHealth
 
 log = logging.getLogger("wcow_agent")
 
@@ -64,7 +64,7 @@ class AgentLoop:
         options: RunOptions,
         *,
         metrics: Metrics,
-        health: Health,
+        health: StepHealth,
         stop: threading.Event,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], str] = utc_now,

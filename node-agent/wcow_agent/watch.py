@@ -24,12 +24,16 @@ from wcow_agent.metrics import Metrics
 from wcow_agent.pacing import Permission
 from wcow_agent.plan import PlanError, load_plan
 from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_KEY, Plan
+from wcow_contract.support.retry import Backoff
 
 log = logging.getLogger("wcow_agent")
 
 Watched = TypeVar("Watched", PlanObject, RolloutObject)
 
 WATCH_TIMEOUT_SECONDS = 300
+# A failing watch is reopened after 1 s, doubling to 60 s; a good watch starts over. The
+# jitter keeps a fleet of agents from coming back to a restarted API server together.
+WATCH_BACKOFF = Backoff(initial=1.0, maximum=60.0, jitter=0.2)
 
 
 @dataclass(frozen=True)
@@ -101,7 +105,7 @@ class ClusterView:
         on: Callable[[Watched], None],
     ) -> None:
         """List, then watch from that resourceVersion; list again on 410 or errors."""
-        backoff = 1.0
+        delays = WATCH_BACKOFF.delays()
         resource_version: str | None = None
         while not self.stop.is_set():
             try:
@@ -116,15 +120,15 @@ class ClusterView:
                     resource_version = current.resource_version or resource_version
                     if self.stop.is_set():
                         return
-                backoff = 1.0
+                delays = WATCH_BACKOFF.delays()
             except WatchExpiredError:
                 resource_version = None
             except ClusterError as error:
                 self.metrics.cluster_errors.inc()
-                log.warning("%s watch: %s (retrying in %.0f s)", what, error, backoff)
+                delay = next(delays)
+                log.warning("%s watch: %s (retrying in %.0f s)", what, error, delay)
                 resource_version = None
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, 60.0)
+                self.stop.wait(delay)
 
     def permission(self) -> Permission:
         """Whether the current plan is paced, and the rollout as last seen (read once if

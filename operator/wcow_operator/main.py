@@ -1,9 +1,11 @@
 """``wcow-operator``: wires settings, the Kubernetes adapter, the watch-fed cache, the
-controller, leader election, metrics and probes together; kopf hosts the process (login,
-signals) and its admission handlers."""
+controller, leader election, the admission webhook, metrics and probes together, and hands
+every long-lived thread to one ``Supervisor`` (docs/architecture.md, Concurrency: threads,
+with kopf's event loop in one of them for the webhook only). The main thread waits for a signal."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -13,15 +15,16 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-import kopf
 import prometheus_client
 
+from wcow_contract.support.health import HealthServer
+from wcow_contract.support.supervisor import Supervisor
 from wcow_operator.controller.cache import ClusterCache
 from wcow_operator.controller.controller import Controller, Runner
 from wcow_operator.controller.informer import run_informer, watched_collections
@@ -32,14 +35,12 @@ from wcow_operator.handlers.admission import (
     ProfileIndex,
     WebhookKeeper,
     WebhookSettings,
-    configure_server,
     serving_certificate,
 )
-from wcow_operator.handlers.admission import register as register_admission
 from wcow_operator.handlers.certificates import Authority, ServingCertificate, keep_renewed
-from wcow_operator.health import serve_health
+from wcow_operator.handlers.webhook_server import STOP_SECONDS, AdmissionServer
 from wcow_operator.k8s.api import KubernetesApi, load_client_config
-from wcow_operator.k8s.leader import run_with_leader_election
+from wcow_operator.k8s.leader import LeaseElection
 from wcow_operator.k8s.webhooks import WebhookConfigurations
 from wcow_operator.rbac import OPERATOR_LEASE
 from wcow_operator.reconcile.core import ReconcileSettings
@@ -47,6 +48,8 @@ from wcow_operator.render.webhooks import Endpoint
 from wcow_operator.settings import OperatorSettings, SettingsError, parse_settings
 
 log = logging.getLogger("wcow_operator")
+
+LAST_PASS_SECONDS = 10.0  # at shutdown, a pass in flight may finish its writes this long
 
 
 class JsonFormatter(logging.Formatter):
@@ -70,10 +73,6 @@ def configure_logging(settings: OperatorSettings) -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     logging.basicConfig(level=settings.log_level, handlers=[handler], force=True)
     logging.getLogger("kopf").setLevel(max(logging.INFO, logging.getLevelName(settings.log_level)))
-
-
-def in_background(name: str, target: Callable[..., object], *args: object) -> None:
-    threading.Thread(target=target, args=args, name=name, daemon=True).start()
 
 
 def pod_identity() -> str:
@@ -100,157 +99,6 @@ def webhook_settings(settings: OperatorSettings) -> WebhookSettings:
         identity=pod_identity(),
         listen="127.0.0.1" if settings.webhook_url else "0.0.0.0",  # noqa: S104 - via Service
     )
-
-
-def start_admission_webhook(
-    registry: kopf.OperatorRegistry,
-    *,
-    webhook: WebhookSettings,
-    served: tuple[ServingCertificate, Authority | None],
-    cache: ClusterCache,
-    metrics: Metrics,
-    api_client: Any,
-    stop: threading.Event,
-) -> WebhookKeeper:
-    """kopf serves the pod admission handlers; a thread keeps the webhook configurations."""
-    certificate, authority = served
-    if authority is not None:
-        in_background(
-            "webhook-certificate", keep_renewed, authority, webhook.hosts, certificate, stop
-        )
-    index = ProfileIndex(cache.profile_bodies)
-    register_admission(
-        registry, index.current, AdmissionMetrics(metrics.registry), synced=cache.synced
-    )
-    configure_server(registry, webhook, certificate)
-    keeper = WebhookKeeper(WebhookConfigurations(api_client), webhook, certificate, index.classes)
-
-    def keep() -> None:
-        while not cache.synced() and not stop.wait(0.2):
-            pass  # never publish "no classes" before the profiles are known
-        keeper.run(stop)
-
-    in_background("webhook-configurations", keep)
-    return keeper
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        settings = parse_settings(argv)
-        webhook = webhook_settings(settings) if settings.webhook_port else None
-        served = serving_certificate(webhook) if webhook is not None else None
-    except (SettingsError, CertificateMissingError) as error:
-        print(f"wcow-operator: {error}", file=sys.stderr)
-        return 2
-    configure_logging(settings)
-
-    metrics = Metrics()
-    prometheus_client.start_http_server(settings.metrics_port, registry=metrics.registry)
-    api_client = load_client_config()
-    api = KubernetesApi(
-        api_client,
-        on_error=lambda verb, resource, code: metrics.api_errors.labels(
-            verb=verb, resource=resource, code=str(code)
-        ).inc(),
-        on_write=lambda verb, resource: metrics.api_writes.labels(
-            verb=verb, resource=resource
-        ).inc(),
-    )
-    identity = pod_identity()
-    cache = ClusterCache()
-    controller = Controller(
-        api,
-        cache,
-        ReconcileSettings(
-            namespace=settings.namespace,
-            require_node_gating=settings.require_node_gating,
-            max_unavailable=settings.max_unavailable,
-            rollout_timeout=timedelta(seconds=settings.rollout_timeout_seconds),
-        ),
-        metrics,
-        workers=settings.workers,
-        instance=identity,
-    )
-    runner = Runner(controller, settings.resync_seconds, settings.debounce_seconds)
-    cache.on_change = runner.trigger
-    stop = threading.Event()
-    leading = threading.Event()
-
-    reconciled = threading.Event()  # the reconciler has finished its last pass
-
-    def lead() -> None:
-        leading.set()
-        metrics.leader.set(1)
-        log.info("reconciling as %s", identity)
-        try:
-            runner.run(stop)
-        finally:
-            reconciled.set()
-
-    registry = new_registry()
-    keeper = (
-        start_admission_webhook(
-            registry,
-            webhook=webhook,
-            served=served,
-            cache=cache,
-            metrics=metrics,
-            api_client=api_client,
-            stop=stop,
-        )
-        if webhook is not None and served is not None
-        else None
-    )
-
-    probes = Probes(runner, leading, keeper, settings.resync_seconds)
-    serve_health(settings.health_port, probes.live, probes.ready)
-    if settings.leader_election:
-        in_background(
-            "leader-election", run_with_leader_election, OPERATOR_LEASE, settings.namespace,
-            identity, lead,
-        )  # fmt: skip
-    else:
-        in_background("reconciler", lead)
-
-    start_informers(api, cache, settings.namespace, metrics, stop)
-    log.info("wcow-operator starting: namespace=%s", settings.namespace)
-    stopped_by_signal = True
-    try:
-        if keeper is None:
-            kopf.run(registry=registry, standalone=True, clusterwide=True)
-        else:
-            stopped_by_signal = serve_draining(
-                registry, probes.draining, settings.shutdown_delay_seconds
-            )
-    finally:
-        stop.set()
-        runner.trigger()
-        if leading.is_set():
-            reconciled.wait(timeout=10)  # let a pass in flight finish its writes
-    return 0 if stopped_by_signal else 1
-
-
-def new_registry() -> kopf.OperatorRegistry:
-    registry = kopf.OperatorRegistry()
-    # A registry of our own has no login handler: use the kubernetes client's credentials
-    # (in-cluster service account, or the kubeconfig), as the default registry would.
-    kopf.on.login(registry=registry)(kopf.login_via_client)
-    return registry
-
-
-def start_informers(
-    api: KubernetesApi, cache: ClusterCache, namespace: str, metrics: Metrics,
-    stop: threading.Event,
-) -> None:  # fmt: skip
-    """Every replica keeps its cache warm, so a new leader plans from memory at once."""
-    for watched in watched_collections(namespace):
-        threading.Thread(
-            target=run_informer,
-            args=(api, watched, cache, stop),
-            kwargs={"on_list": lambda kind: metrics.watch_lists.labels(kind=kind).inc()},
-            name=f"watch-{watched.kind}",
-            daemon=True,
-        ).start()
 
 
 @dataclass
@@ -283,47 +131,228 @@ class Probes:
         return ok, "ok" if ok else "no successful reconcile yet"
 
 
-class _NotInMainThread(logging.Filter):
-    """kopf warns that it ignores OS signals when not in the main thread: here that is the
-    point (serve_draining handles them), so the warning would only mislead."""
+@dataclass(frozen=True)
+class Webhook:
+    settings: WebhookSettings
+    certificate: ServingCertificate
+    authority: Authority | None  # None: cert-manager renews the certificate
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "not in the main thread" not in record.getMessage()
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Run until a signal; exit 0 then, 1 if a part failed, 2 for bad settings."""
+    code = run(argv)
+    # The threads left (watches, the Lease renewal) are daemons blocked in reads. Letting the
+    # interpreter finalize around them can abort it (a thread woken inside the kubernetes
+    # client's pydantic-validated calls cannot be unwound), so end here, logs flushed.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
-def serve_draining(
-    registry: kopf.OperatorRegistry, draining: threading.Event, delay: float
-) -> bool:
-    """kopf (and so the webhook server) in a thread of its own. On SIGTERM or SIGINT this
-    replica reports not ready and keeps answering admissions for ``delay`` seconds, so the
-    Service's endpoints drop it before it stops: the API server does not retry a webhook call
-    that fails, and for the wcow classes a failed call refuses the pod. A second signal ends
-    the wait. False if kopf stopped on its own (a failure: it logged why)."""
-    stop_kopf = threading.Event()
+def run(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = parse_settings(argv)
+        webhook = None
+        if settings.webhook_port:
+            config = webhook_settings(settings)
+            webhook = Webhook(config, *serving_certificate(config))
+    except (SettingsError, CertificateMissingError) as error:
+        print(f"wcow-operator: {error}", file=sys.stderr)
+        return 2
+    configure_logging(settings)
+    terminated = termination_signals()
+    supervisor = Supervisor()
+    try:
+        probes = start(settings, webhook, supervisor)
+        log.info("wcow-operator starting: namespace=%s", settings.namespace)
+        if not supervisor.wait(terminated):
+            return 1
+        probes.draining.set()
+        if webhook is not None:
+            drain(terminated, settings.shutdown_delay_seconds)
+        return 0
+    finally:
+        supervisor.shutdown()
+
+
+def termination_signals() -> threading.Event:
+    """Set on SIGTERM or SIGINT (also a second time: ``drain`` clears it)."""
     terminated = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: terminated.set())
-    logging.getLogger("kopf._core.reactor.running").addFilter(_NotInMainThread())
-    thread = threading.Thread(
-        target=kopf.run,
-        kwargs={"registry": registry, "standalone": True, "clusterwide": True,
-                "stop_flag": stop_kopf},
-        name="kopf",
-        daemon=True,
-    )  # fmt: skip
-    thread.start()
-    while not terminated.wait(0.5):
-        if not thread.is_alive():
-            log.error("kopf stopped on its own (see above): exiting")
-            return False
-    draining.set()
+    return terminated
+
+
+def drain(terminated: threading.Event, delay: float) -> None:
+    """Not ready already, keep answering admissions for ``delay`` seconds, so the Service's
+    endpoints drop this replica before it stops: the API server does not retry a webhook call
+    that fails, and for the wcow classes a failed call refuses the pod. A second signal ends
+    the wait."""
     log.info("terminating: not ready, answering admissions for %.0f s more", delay)
     terminated.clear()
     terminated.wait(delay)
-    stop_kopf.set()
-    thread.join(timeout=30)
-    return True
+
+
+def start(settings: OperatorSettings, webhook: Webhook | None, supervisor: Supervisor) -> Probes:
+    """Start every part, each in threads of ``supervisor``'s, in an order whose reverse
+    stops them well: the webhook before the reconciler, the reconciler before the watches
+    that feed it, the probes last. The probes, to answer and to drain."""
+    metrics = Metrics()
+    _, metrics_thread = prometheus_client.start_http_server(
+        settings.metrics_port, registry=metrics.registry
+    )
+    serve_http("metrics", supervisor, metrics_thread)
+    api_client = load_client_config()
+    api = kubernetes_api(api_client, metrics)
+    cache = ClusterCache()
+    identity = pod_identity()
+    controller = Controller(
+        api, cache, reconcile_settings(settings), metrics, workers=settings.workers,
+        instance=identity,
+    )  # fmt: skip
+    runner = Runner(controller, settings.resync_seconds, settings.debounce_seconds)
+    cache.on_change = runner.trigger
+    admission = admission_parts(webhook, api_client, cache, metrics) if webhook else None
+    keeper = admission.keeper if admission is not None else None
+    probes = Probes(runner, threading.Event(), keeper, settings.resync_seconds)
+    health = HealthServer(settings.health_port, probes.live, probes.ready)
+    health.start()
+    serve_http("health", supervisor, health.thread)
+    start_informers(supervisor, api, cache, settings.namespace, metrics)
+    if admission is not None:
+        start_webhook_keeping(supervisor, admission, cache)
+    elected = start_election(supervisor, settings, identity)
+    reconciler = Reconciler(runner, elected, probes.leading, supervisor.stopping)
+    supervisor.start("reconciler", reconciler.run, stop=reconciler.stop, grace=LAST_PASS_SECONDS)
+    if admission is not None:
+        server = admission.server
+        supervisor.start("kopf", server.run, stop=server.stop, grace=STOP_SECONDS)
+    return probes
+
+
+def serve_http(name: str, supervisor: Supervisor, thread: threading.Thread) -> None:
+    """An HTTP server's thread (metrics, probes): never stopped, it answers until the process
+    ends, so the kubelet sees this replica unready but alive while it shuts down."""
+    thread.name = name
+    supervisor.adopt(thread, stop=lambda: None)
+
+
+def kubernetes_api(api_client: Any, metrics: Metrics) -> KubernetesApi:
+    return KubernetesApi(
+        api_client,
+        on_error=lambda verb, resource, code: metrics.api_errors.labels(
+            verb=verb, resource=resource, code=str(code)
+        ).inc(),
+        on_write=lambda verb, resource: metrics.api_writes.labels(
+            verb=verb, resource=resource
+        ).inc(),
+    )
+
+
+def reconcile_settings(settings: OperatorSettings) -> ReconcileSettings:
+    return ReconcileSettings(
+        namespace=settings.namespace,
+        require_node_gating=settings.require_node_gating,
+        max_unavailable=settings.max_unavailable,
+        rollout_timeout=timedelta(seconds=settings.rollout_timeout_seconds),
+    )
+
+
+def start_informers(
+    supervisor: Supervisor, api: KubernetesApi, cache: ClusterCache, namespace: str,
+    metrics: Metrics,
+) -> None:  # fmt: skip
+    """Every replica keeps its cache warm, so a new leader plans from memory at once. A
+    watch blocked in its read is not waited for at shutdown."""
+    for watched in watched_collections(namespace):
+        informer = functools.partial(
+            run_informer, api, watched, cache, supervisor.stopping,
+            on_list=lambda kind: metrics.watch_lists.labels(kind=kind).inc(),
+        )  # fmt: skip
+        supervisor.start(f"watch-{watched.kind}", informer)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The webhook's parts: the keeper of its configurations and kopf's server."""
+
+    webhook: Webhook
+    keeper: WebhookKeeper
+    server: AdmissionServer
+
+
+def admission_parts(
+    webhook: Webhook, api_client: Any, cache: ClusterCache, metrics: Metrics
+) -> Admission:
+    index = ProfileIndex(cache.profile_bodies)
+    configurations = WebhookConfigurations(api_client)
+    keeper = WebhookKeeper(configurations, webhook.settings, webhook.certificate, index.classes)
+    server = AdmissionServer(
+        webhook.settings, webhook.certificate, index.current,
+        AdmissionMetrics(metrics.registry), synced=cache.synced,
+    )  # fmt: skip
+    return Admission(webhook, keeper, server)
+
+
+def start_webhook_keeping(
+    supervisor: Supervisor, admission: Admission, cache: ClusterCache
+) -> None:
+    """Renew this replica's own serving certificate, and keep the webhook configurations."""
+    stop, webhook = supervisor.stopping, admission.webhook
+    if webhook.authority is not None:
+        authority, hosts, first = webhook.authority, webhook.settings.hosts, webhook.certificate
+        supervisor.start("webhook-certificate", lambda: keep_renewed(authority, hosts, first, stop))
+
+    def keep() -> None:
+        while not cache.synced() and not stop.wait(0.2):
+            pass  # never publish "no classes" before the profiles are known
+        admission.keeper.run(stop)
+
+    supervisor.start("webhook-configurations", keep)
+
+
+def start_election(
+    supervisor: Supervisor, settings: OperatorSettings, identity: str
+) -> threading.Event:
+    """Set once this replica may reconcile: at once without leader election."""
+    if not settings.leader_election:
+        elected = threading.Event()
+        elected.set()
+        return elected
+    election = LeaseElection(OPERATOR_LEASE, settings.namespace, identity)
+    supervisor.start("lease-watchdog", election.watchdog)
+    supervisor.start("leader-election", election.compete)
+    return election.leading
+
+
+@dataclass(frozen=True)
+class Reconciler:
+    """The reconcile loop's thread: waits for the Lease (no wait without leader election),
+    then runs passes until stopped; a pass in flight finishes its writes."""
+
+    runner: Runner
+    elected: threading.Event
+    leading: threading.Event  # what the probes read: this replica reconciles
+    stopping: threading.Event
+
+    def run(self) -> None:
+        while not self.elected.wait(0.2):
+            if self.stopping.is_set():
+                return
+        self.leading.set()
+        controller = self.runner.controller
+        controller.metrics.leader.set(1)
+        log.info("reconciling as %s", controller.instance)
+        try:
+            self.runner.run(self.stopping)
+        finally:
+            controller.close()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.runner.trigger()  # wake it from its wait for the next pass
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

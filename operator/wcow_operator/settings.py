@@ -55,10 +55,7 @@ def _flag(env: Mapping[str, str], name: str) -> bool | None:
     raise SettingsError(f"environment variable {name}={value!r} is not a boolean")
 
 
-def parse_settings(
-    argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
-) -> OperatorSettings:
-    env = os.environ if env is None else env
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="wcow-operator",
         description="Reconcile WindowsRuntimeProfiles into RuntimeClasses and the node plan.",
@@ -157,15 +154,15 @@ def parse_settings(
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
         help="env WCOW_LOG_LEVEL, default INFO",
     )
-    args = parser.parse_args(argv)
+    return parser
 
-    namespace = args.namespace or env.get("WCOW_NAMESPACE") or env.get("POD_NAMESPACE")
-    if not namespace and SERVICE_ACCOUNT_NAMESPACE.exists():
-        namespace = SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip()
-    if not namespace:
-        raise SettingsError(
-            "no namespace for the plan ConfigMap: pass --namespace or set WCOW_NAMESPACE"
-        )
+
+def parse_settings(
+    argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
+) -> OperatorSettings:
+    env = os.environ if env is None else env
+    args = _parser().parse_args(argv)
+    namespace = _namespace(args, env)
     defaults = OperatorSettings(namespace=namespace)
     try:
         metrics_port = args.metrics_port or int(
@@ -213,6 +210,17 @@ def parse_settings(
         max_unavailable=max_unavailable,
         rollout_timeout_seconds=rollout_timeout,
     )
+
+
+def _namespace(args: argparse.Namespace, env: Mapping[str, str]) -> str:
+    namespace = args.namespace or env.get("WCOW_NAMESPACE") or env.get("POD_NAMESPACE")
+    if not namespace and SERVICE_ACCOUNT_NAMESPACE.exists():
+        namespace = SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip()
+    if not namespace:
+        raise SettingsError(
+            "no namespace for the plan ConfigMap: pass --namespace or set WCOW_NAMESPACE"
+        )
+    return str(namespace)
 
 
 def _max_unavailable(value: str) -> int | str:

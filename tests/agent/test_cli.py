@@ -15,11 +15,11 @@ from tests.agent.fakes import FakeCluster, FakeNode
 from tests.conftest import SAMPLES
 from wcow_agent.cli import build_parser, main, run_canaries, uninstall
 from wcow_agent.files import FileLock
-from wcow_agent.health import Health
 from wcow_agent.metrics import Metrics
 from wcow_agent.runner import AgentLoop
 from wcow_agent.watch import RunOptions
 from wcow_contract.plan import dump_plan
+from wcow_contract.support.health import StepHealth
 from wcow_operator.cli import main as wcow_main
 
 
@@ -30,7 +30,7 @@ def applied(node: FakeNode, cluster: FakeCluster) -> None:
         cluster,
         RunOptions("win-1"),
         metrics=Metrics(),
-        health=Health(),
+        health=StepHealth(),
         stop=threading.Event(),
     ).cycle()
     assert cluster.labels["runtime.wcow.dev/hv"] == "ready"

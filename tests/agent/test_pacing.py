@@ -16,7 +16,6 @@ from wcow_agent.agent import CycleReport
 from wcow_agent.attempt import Timeouts
 from wcow_agent.cycle import NodeAgent
 from wcow_agent.gate import Pace
-from wcow_agent.health import Health
 from wcow_agent.merge import MergeResult
 from wcow_agent.metrics import Metrics
 from wcow_agent.pacing import Permission, decide, holds_agent_tables, is_paced
@@ -25,6 +24,7 @@ from wcow_agent.simulate.host import Faults, HostSettings, SimulatedNode
 from wcow_agent.state import AgentState, Paths, load_state
 from wcow_agent.watch import RunOptions
 from wcow_contract.rollout import Halt, Rollout
+from wcow_contract.support.health import StepHealth
 
 NODE = "win-1"
 NS = "wcow-system"
@@ -312,7 +312,7 @@ def make_loop(node: FakeNode, cluster: FakeCluster) -> AgentLoop:
         cluster,
         RunOptions(node_name=NODE),
         metrics=Metrics(),
-        health=Health(),
+        health=StepHealth(),
         stop=threading.Event(),
         now=lambda: "2026-03-02T10:00:00Z",
     )

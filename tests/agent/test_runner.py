@@ -20,11 +20,11 @@ from tests.agent.conftest import hyperv, make_plan, process
 from tests.agent.fakes import FakeCluster, FakeNode
 from wcow_agent.cli import build_parser, install_signal_handlers, prepare_run, serve
 from wcow_agent.cluster import ClusterError, PlanObject, WatchExpiredError
-from wcow_agent.health import Health
 from wcow_agent.metrics import Metrics
 from wcow_agent.runner import AgentLoop
 from wcow_agent.state import load_state
 from wcow_agent.watch import RunOptions
+from wcow_contract.support.health import StepHealth
 
 STATUS = "runtime.wcow.dev/agent-status"
 
@@ -35,7 +35,7 @@ def make_loop(node: FakeNode, cluster: FakeCluster, **options: float) -> AgentLo
         cluster,
         RunOptions(node_name="win-1", **options),  # type: ignore[arg-type]
         metrics=Metrics(),
-        health=Health(),
+        health=StepHealth(),
         stop=threading.Event(),
         now=lambda: "2026-03-02T10:00:00Z",
     )
@@ -332,7 +332,7 @@ def test_stop_signals_end_the_loop() -> None:
 
 def test_liveness_fails_only_past_a_steps_own_bound() -> None:
     now = [0.0]
-    health = Health(clock=lambda: now[0])
+    health = StepHealth(clock=lambda: now[0])
     assert health.readiness()[0] is False
     health.busy(600)  # a canary may take its timeout
     now[0] = 600

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
 from wcow_operator.controller.api import ApiError
-from wcow_operator.k8s import api as k8s_api
 from wcow_operator.k8s.api import KubernetesApi
 
 
@@ -31,7 +31,7 @@ class Flaky:
 @pytest.fixture
 def adapter(monkeypatch: pytest.MonkeyPatch) -> tuple[KubernetesApi, list[Any]]:
     sleeps: list[Any] = []
-    monkeypatch.setattr(k8s_api.time, "sleep", sleeps.append)
+    monkeypatch.setattr(time, "sleep", sleeps.append)  # the retry helper sleeps with it
     errors: list[Any] = []
     writes: list[Any] = []
     api = KubernetesApi.__new__(KubernetesApi)

@@ -1,13 +1,9 @@
-"""Settings, probes and the watch filters of the running operator."""
+"""Settings and the watch filters of the running operator."""
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
-
 import pytest
 
-from wcow_operator.health import serve_health
 from wcow_operator.settings import SettingsError, parse_settings
 
 
@@ -51,31 +47,3 @@ def test_bad_settings_say_what_is_wrong(
     monkeypatch.setattr(module, "SERVICE_ACCOUNT_NAMESPACE", module.Path("/nonexistent"))
     with pytest.raises(SettingsError, match=message):
         parse_settings(argv, env)
-
-
-def _get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
-
-
-def test_probes_answer_from_their_callbacks() -> None:
-    state = {"ready": False}
-    server = serve_health(
-        0,
-        lambda: (True, "ok"),
-        lambda: (state["ready"], "ok" if state["ready"] else "not yet"),
-        host="127.0.0.1",
-    )
-    port = server.server_address[1]
-    try:
-        assert _get(port, "/healthz") == (200, "ok\n")
-        assert _get(port, "/readyz") == (503, "not yet\n")
-        state["ready"] = True
-        assert _get(port, "/readyz") == (200, "ok\n")
-        assert _get(port, "/other")[0] == 404
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -2,7 +2,7 @@
 emulator (see kube_apiserver.py for what it does and does not emulate).
 
 Where the e2e tests need a cluster, this runs anywhere kmock is installed: it checks the
-wiring a unit test cannot (kubeconfig loading, kopf's login, discovery and watches, the
+wiring a unit test cannot (kubeconfig loading, the informers' lists and watches, the
 client calls and their bodies, finalizers, the status subresource, optimistic concurrency)
 by watching what a user would see through the API: a profile goes in; a RuntimeClass, a plan
 entry, a finalizer, a status and an event come out; an edit follows through; deleting the
@@ -166,7 +166,7 @@ def test_operator_reconciles_a_profile_through_the_api(tmp_path: Path) -> None:
         try:
             with running_operator(kubeconfig, tmp_path / "operator.log") as operator:
                 operator.until("/readyz (a first successful pass)", lambda: _ready(operator.health))
-                # kopf watches what the controller depends on; waiting for the watches means
+                # the informers watch what the controller depends on; waiting for them means
                 # the create below is seen as an event, not at the next resync (5 min).
                 wanted = {
                     f"{GROUP}/{VERSION}/{PLURAL}",

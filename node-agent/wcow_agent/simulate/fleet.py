@@ -33,7 +33,6 @@ from typing import Any, Protocol
 from wcow_agent.attempt import Timeouts
 from wcow_agent.cluster import Cluster
 from wcow_agent.cycle import NodeAgent
-from wcow_agent.health import Health
 from wcow_agent.metrics import Metrics
 from wcow_agent.runner import AgentLoop
 from wcow_agent.simulate.host import (
@@ -47,6 +46,7 @@ from wcow_agent.simulate.host import (
 )
 from wcow_agent.state import Paths
 from wcow_agent.watch import RunOptions
+from wcow_contract.support.health import StepHealth
 from wcow_contract.windows_builds import parse_windows_build
 
 log = logging.getLogger("wcow_agent.simulate")
@@ -153,7 +153,7 @@ class SimulatedAgent:
             retry_seconds=self.options.retry_seconds,
         )
         return AgentLoop(
-            agent, self.cluster, run, metrics=Metrics(), health=Health(), stop=self._stop
+            agent, self.cluster, run, metrics=Metrics(), health=StepHealth(), stop=self._stop
         )
 
     def _supervise(self) -> None:

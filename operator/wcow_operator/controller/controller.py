@@ -17,6 +17,7 @@ from typing import Any
 from wcow_contract.conditions import timestamp
 from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_KEY
 from wcow_contract.rollout import ROLLOUT_CONFIGMAP
+from wcow_contract.support.retry import Backoff
 from wcow_contract.v1alpha1 import API_VERSION, KIND
 from wcow_operator.controller.api import ApiError, ClusterApi
 from wcow_operator.controller.cache import ClusterCache, Kind
@@ -68,6 +69,13 @@ class Controller:
         self.clock = clock
         self.workers = workers
         self.instance = instance or socket.gethostname()
+        # One pool for every pass: a phase's writes go out in parallel (they are independent
+        # by construction), the phases one after another. Its threads idle between passes.
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="writer")
+
+    def close(self) -> None:
+        """Let the writes in flight finish; no pass may run after."""
+        self._pool.shutdown(wait=True)
 
     def observe(self) -> Observed:
         """The cluster as the watches last showed it (no API request)."""
@@ -100,28 +108,27 @@ class Controller:
         plan_failed = False
         done: set[tuple[str, str]] = set()
         failed_rc: dict[str, Exception] = {}
-        with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            for phase in PHASES:
-                batch = [w for w in outcome.writes if w.kind in phase]
-                if plan_failed:
-                    batch = [w for w in batch if not w.after_plan]
-                if "patch-status" in phase:
-                    batch = self._with_failures(batch, failed_rc)
-                for write, failure in zip(batch, pool.map(self._try, batch), strict=True):
-                    if failure is None:
-                        report.writes += 1
-                        report.plan_written |= write.kind == "write-plan"
-                        done.add((write.kind, write.target))
-                        continue
-                    report.errors.append(f"{write.kind} {write.target}: {failure}")
-                    if write.kind in RUNTIME_CLASS_WRITES:
-                        failed_rc[write.target] = failure
-                    if write.kind == "write-plan":
-                        plan_failed = True
-                        outcome.events.extend(_blocked_cleanups(outcome, failure))
-            for note in outcome.events:
-                if note.after is None or note.after in done:
-                    self._post_event(note)
+        for phase in PHASES:
+            batch = [w for w in outcome.writes if w.kind in phase]
+            if plan_failed:
+                batch = [w for w in batch if not w.after_plan]
+            if "patch-status" in phase:
+                batch = self._with_failures(batch, failed_rc)
+            for write, failure in zip(batch, self._pool.map(self._try, batch), strict=True):
+                if failure is None:
+                    report.writes += 1
+                    report.plan_written |= write.kind == "write-plan"
+                    done.add((write.kind, write.target))
+                    continue
+                report.errors.append(f"{write.kind} {write.target}: {failure}")
+                if write.kind in RUNTIME_CLASS_WRITES:
+                    failed_rc[write.target] = failure
+                if write.kind == "write-plan":
+                    plan_failed = True
+                    outcome.events.extend(_blocked_cleanups(outcome, failure))
+        for note in outcome.events:
+            if note.after is None or note.after in done:
+                self._post_event(note)
 
     def _with_failures(self, batch: list[Write], failed_rc: dict[str, Exception]) -> list[Write]:
         """Status patches that tell the truth when this pass's RuntimeClass write failed; a
@@ -312,7 +319,7 @@ class Runner:
         self.controller = controller
         self.resync_seconds = resync_seconds
         self.debounce_seconds = debounce_seconds
-        self.max_backoff_seconds = max_backoff_seconds
+        self.backoff = Backoff(initial=1.0, maximum=max_backoff_seconds)
         self._dirty = threading.Event()
         self.last_pass_ok: float | None = None
         self.heartbeat = time.monotonic()
@@ -326,7 +333,7 @@ class Runner:
             self.heartbeat = time.monotonic()
             if stop.wait(0.1):
                 return
-        backoff = 1.0
+        delays = self.backoff.delays()
         wait = 0.0  # first pass right away
         while not stop.is_set():
             self.heartbeat = time.monotonic()
@@ -339,8 +346,8 @@ class Runner:
             self.heartbeat = time.monotonic()
             if report.errors:
                 # Level-triggered: the next pass re-reads everything, so waiting is enough.
-                stop.wait(backoff)
-                wait, backoff = 0.0, min(backoff * 2, self.max_backoff_seconds)
+                stop.wait(next(delays))
+                wait = 0.0
             else:
                 self.last_pass_ok = time.monotonic()
-                wait, backoff = self.resync_seconds, 1.0
+                wait, delays = self.resync_seconds, self.backoff.delays()

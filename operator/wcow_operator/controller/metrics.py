@@ -8,7 +8,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        r = self.registry
+        self._passes(self.registry)
+        self._plan_and_rollout(self.registry)
+
+    def _passes(self, r: CollectorRegistry) -> None:
         self.reconciles = Counter(
             "wcow_reconcile_total", "Reconcile passes by result", ["result"], registry=r
         )
@@ -39,6 +42,8 @@ class Metrics:
             ["verb", "resource"],
             registry=r,
         )
+
+    def _plan_and_rollout(self, r: CollectorRegistry) -> None:
         self.plan_bytes = Gauge(
             "wcow_plan_size_bytes", "Size of the plan in the ConfigMap", registry=r
         )

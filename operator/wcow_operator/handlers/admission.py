@@ -1,7 +1,8 @@
 """The pod admission webhook, served by kopf: a thin adapter over
 ``wcow_operator.reconcile.admission.admit``.
 
-kopf serves the endpoints (``kopf.WebhookServer``, one path per handler id). The webhook
+kopf serves the endpoints (``kopf.WebhookServer``, one path per handler id) from its own
+thread (``handlers.webhook_server``); each decision runs in the ``Decider``'s threads. The webhook
 configurations are kept by ``WebhookKeeper`` rather than kopf's ``settings.admission.managed``:
 kopf's managed configurations cannot carry the namespaceSelector and matchConditions that keep
 every pod outside the wcow classes away from the webhook (see ``render.webhooks``), and they
@@ -26,6 +27,7 @@ import kopf
 from prometheus_client import CollectorRegistry, Counter
 
 from wcow_contract.errors import ProfileInvalidError, parse_profile
+from wcow_contract.support.retry import NO_DELAY, retry
 from wcow_contract.text import shown
 from wcow_contract.v1alpha1 import WindowsRuntimeProfile
 from wcow_operator.controller.api import ApiError
@@ -171,6 +173,41 @@ def _replace_with(admitted: dict[str, Any]) -> Callable[[kopf.RawBody], None]:
     return apply
 
 
+@dataclass(frozen=True)
+class _Judge:
+    """What both handlers do around the decision: refuse before the profiles are known,
+    decide in the decider's threads, count and word the refusals."""
+
+    profiles: Callable[[], dict[str, WindowsRuntimeProfile]]
+    metrics: AdmissionMetrics
+    synced: Callable[[], bool]
+    decisions: Decider
+
+    def known_profiles(self) -> dict[str, WindowsRuntimeProfile]:
+        if not self.synced():
+            self.metrics.refused.labels(reason=NOT_READY).inc()
+            raise kopf.AdmissionError(
+                f"{NOT_READY}: the wcow-runtime operator has not read the profiles yet; "
+                "retry in a few seconds",
+                code=503,
+            )
+        return self.profiles()
+
+    async def decided(self, fn: Callable[..., Decision], *args: Any) -> Admitted:
+        decision = await self.decisions.decide(fn, *args)
+        if decision is None:
+            self.metrics.refused.labels(reason=TIMED_OUT).inc()
+            raise kopf.AdmissionError(
+                f"{TIMED_OUT}: the decision on this pod took longer than "
+                f"{self.decisions.timeout:g} s; it is refused rather than admitted unchecked",
+                code=503,
+            )
+        if not isinstance(decision, Admitted):
+            self.metrics.refused.labels(reason=decision.reason).inc()
+            raise kopf.AdmissionError(f"{decision.reason}: {decision.message}", code=403)
+        return decision
+
+
 def register(
     registry: kopf.OperatorRegistry,
     profiles: Callable[[], dict[str, WindowsRuntimeProfile]],
@@ -184,37 +221,13 @@ def register(
     Before the operator has listed the profiles once it cannot tell a wcow pod from another,
     so it refuses (the pod's controller or the user tries again; the API server does not)
     rather than admit unchecked."""
-    decisions = decider or Decider()
-
-    def known_profiles() -> dict[str, WindowsRuntimeProfile]:
-        if not synced():
-            metrics.refused.labels(reason=NOT_READY).inc()
-            raise kopf.AdmissionError(
-                f"{NOT_READY}: the wcow-runtime operator has not read the profiles yet; "
-                "retry in a few seconds",
-                code=503,
-            )
-        return profiles()
-
-    async def decided(fn: Callable[..., Decision], *args: Any) -> Admitted:
-        decision = await decisions.decide(fn, *args)
-        if decision is None:
-            metrics.refused.labels(reason=TIMED_OUT).inc()
-            raise kopf.AdmissionError(
-                f"{TIMED_OUT}: the decision on this pod took longer than "
-                f"{decisions.timeout:g} s; it is refused rather than admitted unchecked",
-                code=503,
-            )
-        if not isinstance(decision, Admitted):
-            metrics.refused.labels(reason=decision.reason).inc()
-            raise kopf.AdmissionError(f"{decision.reason}: {decision.message}", code=403)
-        return decision
+    judge = _Judge(profiles, metrics, synced, decider or Decider())
 
     @kopf.on.mutate("", "v1", "pods", id=MUTATE_ID, operations=["CREATE"], registry=registry)
     async def mutate(
         body: kopf.Body, patch: kopf.Patch, warnings: list[str] | None = None, **_: Any
     ) -> None:
-        known = known_profiles()
+        known = judge.known_profiles()
         class_name = (body.get("spec") or {}).get("runtimeClassName")
         if isinstance(class_name, str) and class_name not in known and warnings is not None:
             warnings.append(
@@ -222,7 +235,7 @@ def register(
                 "replica has no earlier valid spec of it: the pod is admitted unchecked "
                 "(kubectl describe wrp shows why the profile is invalid)"
             )
-        decision = await decided(admit, dict(body), known)
+        decision = await judge.decided(admit, dict(body), known)
         if decision.profile is not None:
             metrics.admitted.inc()
         if decision.mutated:
@@ -238,11 +251,11 @@ def register(
         # CREATE: the final pod, after every mutating webhook: refused if it would be refused
         # now (e.g. another webhook raised its limits past the bounds after ours sized it).
         # UPDATE: what hcsshim reads is fixed at creation (reconcile.admission.admit_update).
-        known = known_profiles()
+        known = judge.known_profiles()
         if operation == "UPDATE" and old is not None:
-            await decided(admit_update, dict(old), dict(body), known)
+            await judge.decided(admit_update, dict(old), dict(body), known)
         else:
-            await decided(admit, dict(body), known)
+            await judge.decided(admit, dict(body), known)
 
 
 @dataclass(frozen=True)
@@ -367,27 +380,31 @@ class WebhookKeeper:
         return writes
 
     def _sync_one(self, kind: str) -> tuple[dict[str, Any], bool]:
-        """The configuration as stored after making it current, and whether it was written."""
-        for _attempt in range(5):
-            current = self._api.read(kind)
-            body = self.desired(kind, current)
-            if current is None:
-                try:
-                    return self._api.create(kind, body), True
-                except ApiError as error:
-                    if error.status == 409:
-                        continue
-                    raise
-            if _same(current, body):
-                return current, False
-            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-            try:
-                return self._api.replace(kind, body), True
-            except ApiError as error:
-                if error.status == 409:  # another replica wrote first: read again
-                    continue
-                raise
-        raise ApiError(409, "Conflict", f"{kind} configuration: 5 conflicts in a row")
+        """The configuration as stored after making it current, and whether it was written.
+        A conflict (another replica wrote first) reads again, at once, up to five times."""
+        try:
+            return retry(
+                lambda: self._write_one(kind),
+                attempts=5,
+                backoff=NO_DELAY,
+                retryable=lambda error: isinstance(error, ApiError) and error.status == 409,
+            )
+        except ApiError as error:
+            if error.status == 409:
+                raise ApiError(
+                    409, "Conflict", f"{kind} configuration: 5 conflicts in a row"
+                ) from None
+            raise
+
+    def _write_one(self, kind: str) -> tuple[dict[str, Any], bool]:
+        current = self._api.read(kind)
+        body = self.desired(kind, current)
+        if current is None:
+            return self._api.create(kind, body), True
+        if _same(current, body):
+            return current, False
+        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        return self._api.replace(kind, body), True
 
     def _trusted(self, configurations: Iterable[dict[str, Any]]) -> bool:
         """Whether the API server trusts the certificate this replica serves: its own CA is in
@@ -441,22 +458,3 @@ def _same(current: dict[str, Any], desired: dict[str, Any]) -> bool:
     if owners and (current["metadata"].get("ownerReferences") or []) != owners:
         return False
     return all(have_annotations.get(k) == v for k, v in annotations.items())
-
-
-def configure_server(
-    registry: kopf.OperatorRegistry, settings: WebhookSettings, certificate: ServingCertificate
-) -> None:
-    """Let kopf serve the handlers on ``settings.port`` with ``certificate``."""
-
-    @kopf.on.startup(registry=registry)
-    def admission_server(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.admission.server = kopf.WebhookServer(
-            addr=listen,
-            port=port,
-            certfile=str(certificate.certfile),
-            pkeyfile=str(certificate.keyfile),
-            cadata=certificate.ca_pem.encode("ascii") or None,
-        )
-        settings.admission.managed = None
-
-    listen, port = settings.listen, settings.port

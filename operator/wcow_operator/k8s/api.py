@@ -1,27 +1,26 @@
-"""The one module of the operator that talks to the Kubernetes API.
+"""The operator's adapter to the Kubernetes API (the controller's ``ClusterApi``).
 
 Objects go in and come out as plain JSON dicts (camelCase, as kubectl shows them). Every
 method declares the API permission it uses (``@uses``); a test checks each against the RBAC
 rules in ``wcow_operator.rbac``, so the ClusterRole never lags the code.
-Transient failures (429, 5xx, timeouts, dropped connections) are retried here with backoff;
-409 and the rest surface as ``ApiError`` so the controller can re-read and decide again.
+Requests go through ``k8s.transport``. Transient failures (429, 5xx, timeouts, dropped
+connections) are retried here with ``support.retry``; 409 and the rest surface as
+``ApiError`` so the controller can re-read and decide again.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import random
-import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from wcow_contract.plan import PLAN_CONFIGMAP
 from wcow_contract.rollout import ROLLOUT_CONFIGMAP
+from wcow_contract.support.retry import Backoff, retry
 from wcow_contract.v1alpha1 import GROUP, PLURAL, VERSION
 from wcow_operator.controller.api import (
     ApiError,
@@ -31,13 +30,16 @@ from wcow_operator.controller.api import (
     Watched,
     WatchExpiredError,
 )
+from wcow_operator.k8s.transport import JsonTransport, TransportError, api_error
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
-FIELD_MANAGER = "wcow-operator"
 RETRYABLE = {429, 500, 502, 503, 504}
+WRITES = ("create", "update", "patch", "delete")
+# 0.5 s, 1 s, 2 s between the four attempts, spread so that replicas do not retry in step.
+BACKOFF = Backoff(initial=0.5, maximum=8.0, jitter=0.2)
 WINDOWS_NODES = "kubernetes.io/os=windows"
 
 PERMISSIONS: dict[str, list[Permission]] = {}
@@ -73,37 +75,43 @@ class KubernetesApi(ClusterApi):
         attempts: int = 4,
         timeout_seconds: float = 30.0,
     ) -> None:
-        self._client = api_client
+        self._transport = JsonTransport(api_client, timeout_seconds)
         self._on_error = on_error or (lambda _verb, _resource, _code: None)
         self._on_write = on_write or (lambda _verb, _resource: None)
         self._attempts = attempts
-        self._timeout = timeout_seconds
 
     # -- plumbing ------------------------------------------------------------------------
 
     def _call(self, verb: str, resource: str, call: Callable[[], T]) -> T:
-        delay = 0.5
-        for attempt in range(1, self._attempts + 1):
+        """``call()`` with transient failures retried (``BACKOFF``, or the server's
+        Retry-After); every failure counted, the last one raised as ``ApiError``."""
+
+        def counted() -> T:
             try:
-                result = call()
+                return call()
             except ApiException as error:
                 self._on_error(verb, resource, error.status or 0)
-                retry_after = _retry_after(error)
-                if error.status not in RETRYABLE or attempt == self._attempts:
-                    raise ApiError(error.status or 0, error.reason or "", _message(error)) from None
-                time.sleep(retry_after if retry_after is not None else delay)
-            except (urllib3.exceptions.HTTPError, OSError) as error:
+                raise
+            except TransportError:
                 self._on_error(verb, resource, 0)
-                if attempt == self._attempts:
-                    raise ApiError(0, type(error).__name__, str(error)) from None
-                time.sleep(delay)
-            else:
-                if verb in ("create", "update", "patch", "delete"):
-                    self._on_write(verb, resource)
-                return result
-            delay = min(delay * 2, 8.0) * random.uniform(0.8, 1.2)  # noqa: S311 - jitter
-            log.warning("retrying %s %s (attempt %d)", verb, resource, attempt + 1)
-        raise AssertionError("unreachable")
+                raise
+
+        try:
+            result = retry(
+                counted,
+                attempts=self._attempts,
+                backoff=BACKOFF,
+                retryable=_transient,
+                wait_hint=_retry_after,
+                on_retry=lambda attempt, _error, _wait: log.warning(
+                    "retrying %s %s (attempt %d)", verb, resource, attempt
+                ),
+            )
+        except (ApiException, *TransportError) as error:
+            raise api_error(error) from None
+        if verb in WRITES:
+            self._on_write(verb, resource)
+        return result
 
     # -- watches (the informers' transport) -----------------------------------------------
 
@@ -120,7 +128,7 @@ class KubernetesApi(ClusterApi):
             query.append(("continue", continue_token))
         accept = _METADATA_LIST if watched.metadata_only else "application/json"
         body = self._call(
-            "list", watched.resource, lambda: self._request(watched.path, query, accept)
+            "list", watched.resource, lambda: self._transport.request(watched.path, query, accept)
         )
         data = json.loads(body.read())
         metadata = data.get("metadata") or {}
@@ -154,7 +162,7 @@ class KubernetesApi(ClusterApi):
             response = self._call(
                 "watch",
                 watched.resource,
-                lambda: self._request(watched.path, query, accept, timeout_seconds + 30),
+                lambda: self._transport.request(watched.path, query, accept, timeout_seconds + 30),
             )
         except ApiError as error:
             if error.status == 410:
@@ -175,40 +183,6 @@ class KubernetesApi(ClusterApi):
                 yield event
         finally:
             response.response.release_conn()
-
-    def _request(
-        self,
-        path: str,
-        query: list[tuple[str, str]],
-        accept: str,
-        timeout: float | None = None,
-        *,
-        method: str = "GET",
-        body: dict[str, Any] | None = None,
-        content_type: str | None = None,
-    ) -> Any:
-        headers = {"Accept": accept}
-        if content_type:
-            headers["Content-Type"] = content_type
-        method, url, headers, payload, _ = self._client.param_serialize(
-            method,
-            path,
-            query_params=query,
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        response = self._client.call_api(
-            method,
-            url,
-            header_params=headers,
-            body=payload,
-            _request_timeout=timeout or self._timeout,
-        )
-        if not 200 <= response.status < 300:
-            response.read()  # type: ignore[no-untyped-call]
-            raise ApiException(http_resp=response, body=response.data, data=None)
-        return response
 
     # -- writes --------------------------------------------------------------------------
 
@@ -259,22 +233,12 @@ class KubernetesApi(ClusterApi):
         self, verb: str, resource: str, method: str, path: str, body: dict[str, Any]
     ) -> dict[str, Any]:
         """One JSON request (writes carry the field manager; patches are merge patches)."""
-        query = [("fieldManager", FIELD_MANAGER)] if method in ("POST", "PUT", "PATCH") else []
-        content = "application/merge-patch+json" if method == "PATCH" else "application/json"
-
-        def call() -> Any:
-            return self._request(
-                path, query, "application/json", method=method, body=body, content_type=content
-            )
-
-        response = self._call(verb, resource, call)
-        data = response.read()
-        result: dict[str, Any] = json.loads(data) if data else {}
+        result: dict[str, Any] = (
+            self._call(verb, resource, lambda: self._transport.json(method, path, body)) or {}
+        )
         return result
 
 
-# The typed API classes of the kubernetes client cost memory (CoreV1Api alone about 85 MiB
-# of validators in client 37): the operator speaks JSON over the client's connection pool.
 _PROFILES = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 _RUNTIME_CLASSES = "/apis/node.k8s.io/v1/runtimeclasses"
 # Nodes are large (images, conditions): their watch asks for metadata only.
@@ -302,16 +266,19 @@ def _lines(response: Any) -> Iterator[bytes]:
         yield buffer
 
 
-def _retry_after(error: ApiException) -> float | None:
+def _transient(error: Exception) -> bool:
+    """Worth another attempt: no answer, too many requests, or a server error."""
+    return isinstance(error, TransportError) or (
+        isinstance(error, ApiException) and error.status in RETRYABLE
+    )
+
+
+def _retry_after(error: Exception) -> float | None:
+    """The server's Retry-After, in seconds (at most 30)."""
+    if not isinstance(error, ApiException):
+        return None
     value = (error.headers or {}).get("Retry-After")
     try:
         return min(float(value), 30.0) if value is not None else None
     except ValueError:
         return None
-
-
-def _message(error: ApiException) -> str:
-    try:
-        return str(json.loads(error.body or "").get("message", error.body))
-    except (TypeError, ValueError):
-        return str(error.body or error.reason)

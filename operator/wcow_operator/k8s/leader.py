@@ -87,32 +87,34 @@ def _watchdog(lock: SafeLeaseLock, leading: threading.Event) -> None:
             _exit(f"the Lease was not renewed for {LEASE_SECONDS} s")
 
 
-def run_with_leader_election(
-    lease_name: str, namespace: str, identity: str, on_started: Callable[[], None]
-) -> None:
-    """Block, competing for the Lease; call ``on_started`` (in a thread) once leading.
-    Never returns while leading: losing the Lease, or any failure here, ends the process."""
-    lock = SafeLeaseLock(lease_name, namespace, identity)
-    leading = threading.Event()
+class LeaseElection:
+    """Competes for the Lease (``compete``) and watches that it stays renewed
+    (``watchdog``), each in a thread of the supervisor's; ``leading`` is set once this
+    replica holds the Lease, and never cleared: losing it ends the process."""
 
-    def started() -> None:
-        leading.set()
-        on_started()
+    def __init__(self, lease_name: str, namespace: str, identity: str) -> None:
+        self.lock = SafeLeaseLock(lease_name, namespace, identity)
+        self.leading = threading.Event()
+        self._where = f"{namespace}/{lease_name}"
+        self._identity = identity
 
-    config = electionconfig.Config(  # type: ignore[no-untyped-call]
-        lock,
-        lease_duration=LEASE_SECONDS,
-        renew_deadline=RENEW_DEADLINE_SECONDS,
-        retry_period=RETRY_SECONDS,
-        onstarted_leading=started,
-        onstopped_leading=lambda: _exit("lost the leader Lease"),
-    )
-    threading.Thread(
-        target=_watchdog, args=(lock, leading), name="lease-watchdog", daemon=True
-    ).start()
-    log.info("waiting for the Lease %s/%s as %s", namespace, lease_name, identity)
-    try:
-        leaderelection.LeaderElection(config).run()  # type: ignore[no-untyped-call]
-    except Exception:
-        log.exception("leader election failed")
-    _exit("leader election stopped")
+    def compete(self) -> None:
+        """Block, competing for the Lease. Never returns while leading: losing the Lease, or
+        any failure here, ends the process."""
+        config = electionconfig.Config(  # type: ignore[no-untyped-call]
+            self.lock,
+            lease_duration=LEASE_SECONDS,
+            renew_deadline=RENEW_DEADLINE_SECONDS,
+            retry_period=RETRY_SECONDS,
+            onstarted_leading=self.leading.set,
+            onstopped_leading=lambda: _exit("lost the leader Lease"),
+        )
+        log.info("waiting for the Lease %s as %s", self._where, self._identity)
+        try:
+            leaderelection.LeaderElection(config).run()  # type: ignore[no-untyped-call]
+        except Exception:
+            log.exception("leader election failed")
+        _exit("leader election stopped")
+
+    def watchdog(self) -> None:
+        _watchdog(self.lock, self.leading)

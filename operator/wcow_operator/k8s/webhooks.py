@@ -8,17 +8,15 @@ the owning ClusterRole, by the name given at deploy time).
 
 from __future__ import annotations
 
-import json
 from typing import Any, Final
 
-import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from wcow_operator.controller.api import ApiError, Permission
+from wcow_operator.k8s.transport import JsonTransport, TransportError, api_error
 from wcow_operator.render.webhooks import WEBHOOK_CONFIGURATION, OwnerReference
 
-FIELD_MANAGER: Final = "wcow-operator"
 GROUP: Final = "admissionregistration.k8s.io"
 PLURALS: Final = {
     "mutating": "mutatingwebhookconfigurations",
@@ -39,33 +37,16 @@ PERMISSIONS: Final[dict[str, list[Permission]]] = {
 
 
 class WebhookConfigurations:
+    """Not retried here: the keeper syncs again two seconds later."""
+
     def __init__(self, api_client: client.ApiClient, timeout_seconds: float = 15.0) -> None:
-        self._client = api_client
-        self._timeout = timeout_seconds
+        self._transport = JsonTransport(api_client, timeout_seconds)
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        query = [("fieldManager", FIELD_MANAGER)] if method in ("POST", "PUT") else []
-        headers = {"Accept": "application/json", "Content-Type": "application/json"}
-        method, url, headers, payload, _ = self._client.param_serialize(
-            method, path, query_params=query, header_params=headers, body=body,
-            auth_settings=["BearerToken"],
-        )  # fmt: skip
         try:
-            response = self._client.call_api(
-                method, url, header_params=headers, body=payload, _request_timeout=self._timeout
-            )
-            data = response.read()  # type: ignore[no-untyped-call]
-        except ApiException as error:  # raised by the client itself
-            raise ApiError(error.status or 0, error.reason or "", str(error)) from None
-        except (urllib3.exceptions.HTTPError, OSError) as error:  # no answer at all
-            raise ApiError(0, type(error).__name__, str(error)) from None
-        if not 200 <= response.status < 300:
-            try:
-                message = json.loads(data).get("message", "")
-            except ValueError:
-                message = data.decode("utf-8", "replace")[:300]
-            raise ApiError(response.status, response.reason or "", message)
-        return json.loads(data) if data else None
+            return self._transport.json(method, path, body)
+        except (ApiException, *TransportError) as error:
+            raise api_error(error) from None
 
     @staticmethod
     def _path(kind: str, name: str | None = None) -> str:

@@ -240,6 +240,17 @@ def _runtime_class_writes(
         return []
     state.runtime_class = ("True", "RuntimeClassApplied", "")
     state.owns_runtime_class = True
+    return _owned_runtime_class_writes(profile, desired, observed_rc, events)
+
+
+def _owned_runtime_class_writes(
+    profile: ObservedProfile,
+    desired: dict[str, Any],
+    observed_rc: dict[str, Any],
+    events: list[EventNote],
+) -> list[Write]:
+    """The profile's own RuntimeClass: recreated when the handler changed (immutable),
+    replaced when it drifted or the spec changed, else left alone."""
     merged = _merged_runtime_class(desired, observed_rc)
     if observed_rc.get("handler") != desired["handler"]:
         events.append(

@@ -124,24 +124,7 @@ def decide(
         permitted = {n: t for n, t in permitted.items() if n not in failed}  # re-granted later
         halted = None
 
-    states: dict[str, NodeState] = {}
-    for name, report in sorted(reports.items()):
-        state = node_state(report, plan, changed)
-        if state == "failed" and name not in permitted:
-            state = "waiting"  # failed before a resume, or on its own: tried again when let in
-        states[name] = state
-    failures = [_failure(n, reports[n], changed, plan) for n, s in states.items() if s == "failed"]
-    for name, granted in permitted.items():
-        if states[name] in ("waiting", "applying") and now - _time(granted) > timeout:
-            states[name] = "failed"
-            failures.append(
-                NodeFailure(
-                    node=name,
-                    reason="RolloutTimeout",
-                    message=f"no result within {int(timeout.total_seconds())} s of permission",
-                )
-            )
-    failures.sort(key=lambda f: f.node)
+    states, failures = _node_states(reports, plan, changed, permitted, now=now, timeout=timeout)
     if failures and halted is None:
         names = ", ".join(f"{f.node} ({f.reason})" for f in failures[:MAX_LISTED])
         halted = Halt(
@@ -150,17 +133,9 @@ def decide(
             since=timestamp(now),
             nodes=failures[:MAX_LISTED],
         )
-
     limit = max_unavailable(changed)
-    busy = [n for n, s in states.items() if s == "applying" or (n in permitted and s == "waiting")]
     if halted is None:
-        budget = limit - len(busy)
-        for name, state in states.items():
-            if budget <= 0:
-                break
-            if state == "waiting" and name not in permitted:
-                permitted[name] = timestamp(now)
-                budget -= 1
+        _permit(states, permitted, limit, now)
     rollout = Rollout(
         plan_hash=plan_hash,
         changed_handlers=sorted(changed),
@@ -181,6 +156,52 @@ def decide(
         failures=failures[:MAX_LISTED],
     )
     return rollout, progress
+
+
+def _node_states(
+    reports: Mapping[str, NodeReport],
+    plan: Mapping[str, Any],
+    changed: frozenset[str],
+    permitted: Mapping[str, str],
+    *,
+    now: datetime,
+    timeout: timedelta,
+) -> tuple[dict[str, NodeState], list[NodeFailure]]:
+    """Where each node stands, and the failures by node name: its own report's, or no
+    result within ``timeout`` of its permission."""
+    states: dict[str, NodeState] = {}
+    for name, report in sorted(reports.items()):
+        state = node_state(report, plan, changed)
+        if state == "failed" and name not in permitted:
+            state = "waiting"  # failed before a resume, or on its own: tried again when let in
+        states[name] = state
+    failures = [_failure(n, reports[n], changed, plan) for n, s in states.items() if s == "failed"]
+    for name, granted in permitted.items():
+        if states[name] in ("waiting", "applying") and now - _time(granted) > timeout:
+            states[name] = "failed"
+            failures.append(
+                NodeFailure(
+                    node=name,
+                    reason="RolloutTimeout",
+                    message=f"no result within {int(timeout.total_seconds())} s of permission",
+                )
+            )
+    failures.sort(key=lambda f: f.node)
+    return states, failures
+
+
+def _permit(
+    states: Mapping[str, NodeState], permitted: dict[str, str], limit: int, now: datetime
+) -> None:
+    """Let waiting nodes in, in name order, until ``limit`` nodes are busy with the change."""
+    busy = [n for n, s in states.items() if s == "applying" or (n in permitted and s == "waiting")]
+    budget = limit - len(busy)
+    for name, state in states.items():
+        if budget <= 0:
+            break
+        if state == "waiting" and name not in permitted:
+            permitted[name] = timestamp(now)
+            budget -= 1
 
 
 def _start(

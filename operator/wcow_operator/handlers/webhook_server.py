@@ -1,0 +1,79 @@
+"""kopf's event loop in a thread of its own, serving the pod admission webhook: the one
+asynchronous part of the operator, behind ``run`` and ``stop`` (docs/architecture.md, Concurrency).
+
+kopf is here for its webhook server: TLS with certificates reread from disk, AdmissionReview
+in and out, handler errors as refusals, body changes as a JSON patch. Nothing else of kopf
+runs: no watches (the controller has its own informers), no resource scanning after the
+start (pods are a core resource), no peering. Its API client (aiohttp) logs in with the
+kubernetes client's credentials and discovers the resources once at start, which its webhook
+needs to route a request to its handler; without a webhook kopf is not started at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import kopf
+
+from wcow_contract.v1alpha1 import WindowsRuntimeProfile
+from wcow_operator.handlers.admission import AdmissionMetrics, WebhookSettings, register
+from wcow_operator.handlers.certificates import ServingCertificate
+
+STOP_SECONDS = 30.0  # kopf's own shutdown: finish the admissions in flight, close the server
+
+
+class AdmissionServer:
+    def __init__(
+        self,
+        settings: WebhookSettings,
+        certificate: ServingCertificate,
+        profiles: Callable[[], dict[str, WindowsRuntimeProfile]],
+        metrics: AdmissionMetrics,
+        synced: Callable[[], bool],
+    ) -> None:
+        self._registry = kopf.OperatorRegistry()
+        # A registry of our own has no login handler: use the kubernetes client's credentials
+        # (in-cluster service account, or the kubeconfig), as the default registry would.
+        kopf.on.login(registry=self._registry)(kopf.login_via_client)
+        register(self._registry, profiles, metrics, synced=synced)
+        _serve_on(self._registry, settings, certificate)
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        """Serve until ``stop``; returns early only if kopf fails (it logs why)."""
+        logging.getLogger("kopf._core.reactor.running").addFilter(_NotInMainThread())
+        kopf.run(registry=self._registry, standalone=True, clusterwide=True, stop_flag=self._stop)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _serve_on(
+    registry: kopf.OperatorRegistry, settings: WebhookSettings, certificate: ServingCertificate
+) -> None:
+    """Let kopf serve the handlers on ``settings.port`` with ``certificate``."""
+
+    @kopf.on.startup(registry=registry)
+    def admission_server(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.admission.server = kopf.WebhookServer(
+            addr=listen,
+            port=port,
+            certfile=str(certificate.certfile),
+            pkeyfile=str(certificate.keyfile),
+            cadata=certificate.ca_pem.encode("ascii") or None,
+        )
+        settings.admission.managed = None  # WebhookKeeper writes the configurations
+        settings.scanning.disabled = True  # no CRD watch: only pods (core) are served
+
+    listen, port = settings.listen, settings.port
+
+
+class _NotInMainThread(logging.Filter):
+    """kopf warns that it ignores OS signals when not in the main thread: here that is the
+    point (the main thread handles them), so the warning would only mislead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "not in the main thread" not in record.getMessage()
