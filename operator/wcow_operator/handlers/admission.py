@@ -17,7 +17,7 @@ import logging
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +33,7 @@ from wcow_contract.v1alpha1 import WindowsRuntimeProfile
 from wcow_operator.controller.api import ApiError
 from wcow_operator.handlers.certificates import Authority, ServingCertificate
 from wcow_operator.reconcile.admission import REASONS, Admitted, Decision, admit, admit_update
+from wcow_operator.reconcile.images import REASONS as IMAGE_REASONS
 from wcow_operator.render.webhooks import (
     KINDS,
     MUTATE_ID,
@@ -75,8 +76,15 @@ class AdmissionMetrics:
             ["reason"],
             registry=registry,
         )
-        for reason in (*REASONS, NOT_READY, TIMED_OUT):
+        for reason in (*REASONS, *IMAGE_REASONS, NOT_READY, TIMED_OUT):
             self.refused.labels(reason=reason)
+        self.images_unchecked = Counter(
+            "wcow_admission_images_unchecked_total",
+            "Images admitted without their build checked (--resolve-images), by cause: "
+            "Unreachable, Timeout, Unauthorized, NotFound, ServerError, TooLarge, Malformed",
+            ["cause"],
+            registry=registry,
+        )
 
 
 class Decider:
@@ -208,19 +216,26 @@ class _Judge:
         return decision
 
 
+AdmitPod = Callable[[Mapping[str, Any], Mapping[str, WindowsRuntimeProfile]], Decision]
+
+
 def register(
     registry: kopf.OperatorRegistry,
     profiles: Callable[[], dict[str, WindowsRuntimeProfile]],
     metrics: AdmissionMetrics,
     synced: Callable[[], bool] = lambda: True,
     decider: Decider | None = None,
+    *,
+    admit_pod: AdmitPod | None = None,
 ) -> None:
     """The mutating (pod CREATE) and validating (pod CREATE and UPDATE) handlers; each
     decision runs in ``decider``'s threads with a deadline.
 
     Before the operator has listed the profiles once it cannot tell a wcow pod from another,
     so it refuses (the pod's controller or the user tries again; the API server does not)
-    rather than admit unchecked."""
+    rather than admit unchecked. ``admit_pod`` decides at CREATE in the mutating webhook:
+    ``admit``, or with image checks ``registry.resolver.ImageAdmission.admit`` (the validating
+    webhook then checks the sizing of the pod as pinned, without reading images again)."""
     judge = _Judge(profiles, metrics, synced, decider or Decider())
 
     @kopf.on.mutate("", "v1", "pods", id=MUTATE_ID, operations=["CREATE"], registry=registry)
@@ -235,7 +250,9 @@ def register(
                 "replica has no earlier valid spec of it: the pod is admitted unchecked "
                 "(kubectl describe wrp shows why the profile is invalid)"
             )
-        decision = await judge.decided(admit, dict(body), known)
+        decision = await judge.decided(admit_pod or admit, dict(body), known)
+        if warnings is not None:
+            warnings.extend(decision.warnings)
         if decision.profile is not None:
             metrics.admitted.inc()
         if decision.mutated:
