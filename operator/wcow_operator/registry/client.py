@@ -34,11 +34,13 @@ from wcow_operator.reconcile.images import (
     repository_of,
 )
 
-# containerd refuses manifests and indexes above 4 MiB (core/remotes/docker/fetcher.go and
-# core/images/image.go: MaxManifestSize / "manifest too large", v2.0 to main; 1.7
-# remotes/docker and images/image.go: the same 4 << 20), as the distribution registry does
-# on push (registry/handlers/manifests.go maxManifestBodySize). A config blob: the same cap.
-MAX_MANIFEST_BYTES: Final = 4 << 20
+# containerd's resolver rejects a manifest above MaxManifestSize = 4 * 1048 * 1048 bytes
+# (sic: 4,393,216) when it resolves a reference (remotes/docker/resolver.go, v1.7.35; v2.0.14,
+# v2.2.9 and v2.4.2 core/remotes/docker/resolver.go); the distribution registry refuses to
+# store one above 4 MiB (registry/handlers/manifests.go maxManifestBodySize, v3.1.1). The
+# same bound as containerd: what a node would pull is read, what it would reject is refused
+# here too. A config blob gets the same cap.
+MAX_MANIFEST_BYTES: Final = 4 * 1048 * 1048
 MAX_ENTRIES: Final = 256  # index entries read (Windows indexes have a handful)
 MAX_TOKEN_BYTES: Final = 64 << 10
 CHUNK: Final = 64 << 10
