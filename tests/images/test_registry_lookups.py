@@ -154,6 +154,12 @@ class _Faulty(http.server.BaseHTTPRequestHandler):
     mode = "500"
 
     def do_GET(self) -> None:
+        if self.mode == "redirect":  # as a registry sends blob reads to its storage
+            self.send_response(307)
+            self.send_header("Location", self.upstream + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.mode == "500":
             self.send_response(500)
             self.send_header("Content-Length", "0")
@@ -202,6 +208,23 @@ def test_a_failing_or_slow_registry_costs_at_most_the_deadline(
         assert "HTTP 500" in failure.message
     else:
         assert failure.cause == "Timeout"
+
+
+def test_redirects_are_followed_to_the_bytes_the_digest_names(registry: Registry) -> None:
+    registry.push_image("wcow/app", WS2022, tag="ltsc2022")
+    _Faulty.upstream, _Faulty.mode = registry.url, "redirect"
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), _Faulty)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        client = RegistryClient(insecure=frozenset({host}))
+        facts = client.lookup(f"{host}/wcow/app:ltsc2022", 2.0)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert isinstance(facts, ImageFacts)
+    assert facts.entries[0].platform is not None
+    assert facts.entries[0].platform.build == 20348
 
 
 def test_a_registry_that_is_down_fails_at_once_and_is_not_asked_again() -> None:

@@ -44,6 +44,10 @@ MAX_MANIFEST_BYTES: Final = 4 * 1048 * 1048
 MAX_ENTRIES: Final = 256  # index entries read (Windows indexes have a handful)
 MAX_TOKEN_BYTES: Final = 64 << 10
 CHUNK: Final = 64 << 10
+# Registries send blob reads to storage (a CDN, S3) by redirect: follow up to three; never
+# retry (the deadline is the pod's); Authorization is dropped when the host changes (urllib3's
+# remove_headers_on_redirect default: Authorization, Cookie, Proxy-Authorization).
+REDIRECTS: Final = urllib3.Retry(total=3, connect=0, read=0, other=0, status=0, redirect=3)
 INDEX_TYPES: Final = (
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -161,7 +165,7 @@ class RegistryClient:
             raise Failed("Timeout", "no answer within the lookup's deadline")
         try:
             response = self._pool.request(
-                "GET", url, headers=dict(headers), preload_content=False, redirect=3,
+                "GET", url, headers=dict(headers), preload_content=False, retries=REDIRECTS,
                 timeout=urllib3.Timeout(connect=left, read=left),
             )  # fmt: skip
         except urllib3.exceptions.MaxRetryError as error:
