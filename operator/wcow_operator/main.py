@@ -31,7 +31,6 @@ from wcow_operator.controller.informer import run_informer, watched_collections
 from wcow_operator.controller.metrics import Metrics
 from wcow_operator.handlers.admission import (
     AdmissionMetrics,
-    AdmitPod,
     CertificateMissingError,
     ProfileIndex,
     WebhookKeeper,
@@ -45,7 +44,6 @@ from wcow_operator.k8s.leader import LeaseElection
 from wcow_operator.k8s.secrets import RegistrySecret
 from wcow_operator.k8s.webhooks import WebhookConfigurations
 from wcow_operator.rbac import OPERATOR_LEASE
-from wcow_operator.reconcile.admission import admit
 from wcow_operator.reconcile.core import ReconcileSettings
 from wcow_operator.registry.client import RegistryClient, credentials_from_dockerconfig
 from wcow_operator.registry.resolver import ImageAdmission, Resolver
@@ -298,10 +296,10 @@ def admission_parts(
     configurations = WebhookConfigurations(api_client)
     keeper = WebhookKeeper(configurations, webhook.settings, webhook.certificate, index.classes)
     admission_metrics = AdmissionMetrics(metrics.registry)
-    admit_pod, secret = image_checks(settings, api_client, admission_metrics)
+    images, secret = image_checks(settings, api_client, admission_metrics)
     server = AdmissionServer(
         webhook.settings, webhook.certificate, index.current,
-        admission_metrics, synced=cache.synced, admit_pod=admit_pod,
+        admission_metrics, synced=cache.synced, images=images,
     )  # fmt: skip
     return Admission(webhook, keeper, server, secret)
 
@@ -328,11 +326,11 @@ class CredentialsKeeper:
 
 def image_checks(
     settings: OperatorSettings, api_client: Any, metrics: AdmissionMetrics
-) -> tuple[AdmitPod, CredentialsKeeper | None]:
-    """What the mutating webhook decides with: ``admit`` alone unless --resolve-images."""
+) -> tuple[ImageAdmission | None, CredentialsKeeper | None]:
+    """The image checks, None unless --resolve-images (the webhook decides sizing only)."""
     images = settings.images
     if not images.resolve:
-        return admit, None
+        return None, None
     client = RegistryClient(insecure=frozenset(images.insecure_registries))
     keeper = None
     if images.registry_secret:
@@ -349,7 +347,7 @@ def image_checks(
         f" (HTTP: {', '.join(images.insecure_registries)})" if images.insecure_registries else "",
         f"credentials from Secret {images.registry_secret}" if keeper else "anonymously",
     )
-    return checks.admit, keeper
+    return checks, keeper
 
 
 def start_webhook_keeping(

@@ -125,6 +125,14 @@ def test_images_refused_pinned_and_warned_on_the_real_api_server(setup: dict[str
     stored = core.read_namespaced_pod("pinned", ns)
     assert stored.spec.containers[0].image == registry.reference("wcow/app", old.digest)
 
+    # An UPDATE back to the tag (Kubernetes lets a pod's image change) cannot be pinned by the
+    # validating webhook: refused, naming the reference to write instead.
+    patch = {"spec": {"containers": [{"name": "app", "image": multi}]}}
+    with pytest.raises(ApiException) as caught:
+        core.patch_namespaced_pod("pinned", ns, patch)
+    assert "ImageBuildMismatch" in str(caught.value.body)
+    assert old.digest in str(caught.value.body)
+
     # A registry that is down: admitted as written, with a warning, and counted.
     down = f"127.0.0.1:{free_port()}/wcow/app:multi"
     before = metric(setup["operator"]["metrics"], "wcow_admission_images_unchecked_total")

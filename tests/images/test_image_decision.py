@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.admission.pods import container, pod, profile, profiles
-from wcow_operator.reconcile.admission import Admitted, Refused, admit
+from wcow_operator.reconcile.admission import Admitted, Refused, admit, admit_update
 from wcow_operator.reconcile.images import (
     IMAGE_BUILD_MISMATCH,
     IMAGE_UNRESOLVED,
@@ -18,9 +18,12 @@ from wcow_operator.reconcile.images import (
     ImageFacts,
     LookupFailure,
     Platform,
+    changed_images,
+    only_containers,
     references,
     repository_of,
     with_images,
+    with_updated_images,
 )
 
 REPO = "registry.example:5000/team/app"
@@ -170,3 +173,34 @@ def test_references_and_repositories() -> None:
     assert repository_of("host:5000/a/b:tag@sha256:" + "0" * 64) == "host:5000/a/b"
     assert repository_of("host:5000/a/b") == "host:5000/a/b"
     assert repository_of("nanoserver:ltsc2022") == "nanoserver"
+
+
+def test_an_update_that_changes_an_image_is_judged_and_must_be_pinned_for_hyperv() -> None:
+
+    item = profile("wc", windowsBuild="ltsc2019")
+    old = pod("wc", containers=[dict(container(), image=f"{REPO}@{D17763}"), container("side")])
+    facts: dict[str, Facts] = {
+        f"{REPO}:multi": INDEX,
+        f"{REPO}@{D17763}": ImageFacts(REPO, D17763, False, (windows(D17763, "10.0.17763.1"),)),
+        f"{REPO}:2022": ONLY_2022,
+    }
+
+    def judged(image: str) -> Any:
+        new = pod("wc", containers=[dict(container(), image=image), container("side")])
+        names = changed_images(old, new)
+        decision = admit_update(old, new, profiles(item))
+        return names, with_updated_images(
+            decision, item, only_containers(new, names), facts, False
+        )[0]
+
+    names, unpinned = judged(f"{REPO}:multi")
+    assert names == ["app"]
+    assert isinstance(unpinned, Refused)
+    assert unpinned.reason == IMAGE_BUILD_MISMATCH
+    assert f"write the guest build's manifest (app: '{REPO}@{D17763}')" in unpinned.message
+    _, mismatch = judged(f"{REPO}:2022")
+    assert isinstance(mismatch, Refused)
+    assert "has Windows builds '10.0.20348.2655'" in mismatch.message
+    names, pinned = judged(f"{REPO}@{D17763}")
+    assert names == []
+    assert isinstance(pinned, Admitted)

@@ -17,7 +17,7 @@ import logging
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +34,7 @@ from wcow_operator.controller.api import ApiError
 from wcow_operator.handlers.certificates import Authority, ServingCertificate
 from wcow_operator.reconcile.admission import REASONS, Admitted, Decision, admit, admit_update
 from wcow_operator.reconcile.images import REASONS as IMAGE_REASONS
+from wcow_operator.registry.resolver import ImageAdmission
 from wcow_operator.render.webhooks import (
     KINDS,
     MUTATE_ID,
@@ -56,6 +57,7 @@ TIMED_OUT = "DecisionTimeout"
 # inside the API server's timeoutSeconds (render.webhooks.TIMEOUT_SECONDS) so the pod gets
 # a refusal that says why rather than a "context deadline exceeded".
 DECISION_TIMEOUT_SECONDS = 2.0
+IMAGE_WORKERS = 8  # with image checks: a decision may wait up to a second on a registry
 
 
 class AdmissionMetrics:
@@ -216,9 +218,6 @@ class _Judge:
         return decision
 
 
-AdmitPod = Callable[[Mapping[str, Any], Mapping[str, WindowsRuntimeProfile]], Decision]
-
-
 def register(
     registry: kopf.OperatorRegistry,
     profiles: Callable[[], dict[str, WindowsRuntimeProfile]],
@@ -226,17 +225,19 @@ def register(
     synced: Callable[[], bool] = lambda: True,
     decider: Decider | None = None,
     *,
-    admit_pod: AdmitPod | None = None,
+    images: ImageAdmission | None = None,
 ) -> None:
     """The mutating (pod CREATE) and validating (pod CREATE and UPDATE) handlers; each
     decision runs in ``decider``'s threads with a deadline.
 
     Before the operator has listed the profiles once it cannot tell a wcow pod from another,
     so it refuses (the pod's controller or the user tries again; the API server does not)
-    rather than admit unchecked. ``admit_pod`` decides at CREATE in the mutating webhook:
-    ``admit``, or with image checks ``registry.resolver.ImageAdmission.admit`` (the validating
-    webhook then checks the sizing of the pod as pinned, without reading images again)."""
-    judge = _Judge(profiles, metrics, synced, decider or Decider())
+    rather than admit unchecked. With ``images`` (--resolve-images) the mutating webhook
+    also reads the images (and pins a Hyper-V pod's), the validating one judges images an
+    UPDATE changes; at CREATE it checks the sizing of the pod as pinned without reading again.
+    Lookups can block up to their deadline, so the decisions then get more threads."""
+    decider = decider or Decider(workers=IMAGE_WORKERS if images else 2)
+    judge = _Judge(profiles, metrics, synced, decider)
 
     @kopf.on.mutate("", "v1", "pods", id=MUTATE_ID, operations=["CREATE"], registry=registry)
     async def mutate(
@@ -250,7 +251,7 @@ def register(
                 "replica has no earlier valid spec of it: the pod is admitted unchecked "
                 "(kubectl describe wrp shows why the profile is invalid)"
             )
-        decision = await judge.decided(admit_pod or admit, dict(body), known)
+        decision = await judge.decided(images.admit if images else admit, dict(body), known)
         if warnings is not None:
             warnings.extend(decision.warnings)
         if decision.profile is not None:
@@ -270,7 +271,8 @@ def register(
         # UPDATE: what hcsshim reads is fixed at creation (reconcile.admission.admit_update).
         known = judge.known_profiles()
         if operation == "UPDATE" and old is not None:
-            await judge.decided(admit_update, dict(old), dict(body), known)
+            judged = images.admit_update if images else admit_update
+            await judge.decided(judged, dict(old), dict(body), known)
         else:
             await judge.decided(admit, dict(body), known)
 

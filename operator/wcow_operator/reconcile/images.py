@@ -43,7 +43,6 @@ REASONS: Final = (IMAGE_BUILD_MISMATCH, IMAGE_UNRESOLVED)
 PLATFORM: Final = ("windows", "amd64")  # the only sandbox platform a profile can have
 MAX_REFERENCE: Final = 512  # longer references are not looked up (bounded keys and messages)
 _OS_VERSION = re.compile(r"10\.0\.([0-9]{4,6})(\.[0-9]{1,10})?")
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -310,7 +309,47 @@ def with_images(
     return admitted, images.unchecked
 
 
-def pinned_digest(reference: str) -> str | None:
-    """The digest a reference names, if it names one."""
-    _, _, digest = reference.partition("@")
-    return digest if _DIGEST.fullmatch(digest) else None
+def changed_images(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Containers (by name) whose image an UPDATE changes (Kubernetes lets it change)."""
+    before = {c.name: c.reference for c in container_images(old)}
+    return [c.name for c in container_images(new) if before.get(c.name) != c.reference]
+
+
+def only_containers(pod: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
+    """A shallow copy of ``pod`` with only the named init and app containers."""
+    spec = dict(pod.get("spec") or {})
+    for field in ("initContainers", "containers"):
+        items = spec.get(field)
+        if isinstance(items, list):
+            spec[field] = [c for c in items if isinstance(c, dict) and c.get("name") in names]
+    return {**pod, "spec": spec}
+
+
+def with_updated_images(
+    decision: Decision,
+    profile: WindowsRuntimeProfile | None,
+    changed: Mapping[str, Any],
+    facts: Mapping[str, Facts],
+    refuse_unresolved: bool,
+) -> tuple[Decision, tuple[str, ...]]:
+    """An UPDATE that changes images (``changed``: the new pod with only those containers):
+    judged as at creation, and since the validating webhook cannot pin, a Hyper-V pod's new
+    image must already be the guest build's manifest; the refusal names that reference."""
+    if not isinstance(decision, Admitted) or profile is None:
+        return decision, ()
+    try:
+        images = decide(changed, profile, facts, refuse_unresolved)
+    except ImageRefusal as refusal:
+        return Refused(refusal.reason, refusal.message, profile.name), ()
+    if images.pins:
+        wanted = "; ".join(
+            f"{name}: {shown(ref, 200)}" for name, ref in sorted(images.pins.items())
+        )
+        message = (
+            f"an image changed after the pod was created would be pulled for the node's build, "
+            f"not the guest build of RuntimeClass {profile.name!r}; admission pins images only "
+            f"at creation: write the guest build's manifest ({wanted}), or recreate the pod"
+        )
+        return Refused(IMAGE_BUILD_MISMATCH, message, profile.name), ()
+    warnings = decision.warnings + images.warnings
+    return Admitted(decision.pod, decision.changes, decision.profile, warnings), images.unchecked

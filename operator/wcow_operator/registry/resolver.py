@@ -21,13 +21,16 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from wcow_contract.v1alpha1 import WindowsRuntimeProfile
-from wcow_operator.reconcile.admission import Admitted, Decision, admit
+from wcow_operator.reconcile.admission import Admitted, Decision, admit, admit_update
 from wcow_operator.reconcile.images import (
     Facts,
     ImageFacts,
     LookupFailure,
+    changed_images,
+    only_containers,
     references,
     with_images,
+    with_updated_images,
 )
 
 LOOKUP_TIMEOUT_SECONDS: Final = 1.0
@@ -145,9 +148,32 @@ class ImageAdmission:
         profile = profiles.get(decision.profile) if decision.profile else None
         if profile is None or not isinstance(decision, Admitted):
             return decision
-        refuse = self.refuse_unresolved or profile.spec.images.unreachable_registry == "Refuse"
         facts = self.resolver.resolve(references(pod))
-        final, causes = with_images(decision, profile, facts, refuse)
+        final, causes = with_images(decision, profile, facts, self._refuse(profile))
         for cause in causes:
             self.unchecked(cause)
         return final
+
+    def admit_update(
+        self,
+        old: Mapping[str, Any],
+        new: Mapping[str, Any],
+        profiles: Mapping[str, WindowsRuntimeProfile],
+    ) -> Decision:
+        """``admit_update``, and the images an UPDATE changes judged as at creation."""
+        decision = admit_update(old, new, profiles)
+        profile = profiles.get(decision.profile) if decision.profile else None
+        names = changed_images(old, new)
+        if profile is None or not isinstance(decision, Admitted) or not names:
+            return decision
+        changed = only_containers(new, names)
+        facts = self.resolver.resolve(references(changed))
+        final, causes = with_updated_images(
+            decision, profile, changed, facts, self._refuse(profile)
+        )
+        for cause in causes:
+            self.unchecked(cause)
+        return final
+
+    def _refuse(self, profile: WindowsRuntimeProfile) -> bool:
+        return self.refuse_unresolved or profile.spec.images.unreachable_registry == "Refuse"
