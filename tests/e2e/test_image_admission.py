@@ -142,3 +142,38 @@ def test_images_refused_pinned_and_warned_on_the_real_api_server(setup: dict[str
     assert "cannot be reached" in warning
     after = metric(setup["operator"]["metrics"], "wcow_admission_images_unchecked_total")
     assert after == before + 1
+
+
+def test_the_registry_secret_is_read_by_name_into_credentials(
+    kube: client.ApiClient, prefix: str
+) -> None:
+    """k8s.secrets.RegistrySecret on the real API server: a dockerconfigjson Secret becomes
+    per-host credentials (docker.io keys to Docker Hub's API host); a missing Secret or one of
+    another shape gives None (anonymous lookups), never an exception."""
+    import base64
+
+    from wcow_operator.k8s.secrets import RegistrySecret
+    from wcow_operator.registry.client import credentials_from_dockerconfig
+
+    core = client.CoreV1Api(kube)
+    config = {
+        "auths": {
+            "registry.lab:5000": {"auth": base64.b64encode(b"robot:s3cret").decode()},
+            "https://index.docker.io/v1/": {"username": "hub", "password": "token"},
+        }
+    }
+    with namespace(kube, f"{prefix}-secret") as ns:
+        encoded = base64.b64encode(json.dumps(config).encode()).decode()
+        core.create_namespaced_secret(ns, {
+            "metadata": {"name": "pull"}, "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": encoded},
+        })  # fmt: skip
+        core.create_namespaced_secret(ns, {"metadata": {"name": "opaque"},
+                                           "stringData": {"x": "y"}})  # fmt: skip
+        document = RegistrySecret(kube, ns, "pull").read()
+        assert credentials_from_dockerconfig(document or {}) == {
+            "registry.lab:5000": ("robot", "s3cret"),
+            "registry-1.docker.io": ("hub", "token"),
+        }
+        assert RegistrySecret(kube, ns, "missing").read() is None
+        assert RegistrySecret(kube, ns, "opaque").read() is None
