@@ -10,6 +10,14 @@ thread, for a pod of 100 and of 256 containers (the cap) and for hostile pods (q
 1e20000000, 1000 annotations hcsshim reads), as ratios to a pod of 3 containers; and the
 longest gap a 1 ms heartbeat thread sees while hostile pods are decided, against its gap at
 rest (the interpreter lock: issue 17 measured 19 s for one pod before the bounded parser).
+
+With image checks (issue 19; skipped with a note when the test registry is not built): the
+same pods with their images on the test registry (tests/registry.py, loopback HTTP), decided
+as the webhook does with --resolve-images (``ImageAdmission.admit``): warm (every lookup
+answered by the cache; decided inline as mutate-pods is, so the ratio is the decisions') and
+cold (a cache that keeps nothing: every pod reads the index from the registry; decided in a
+pool of two threads, as the ``Decider`` runs it), printed beside the no-op floor and the
+sizing-only figure of the same run.
 """
 
 from __future__ import annotations
@@ -20,17 +28,30 @@ import base64
 import json
 import ssl
 import statistics
+import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from tempfile import TemporaryDirectory
 from typing import Any
 
 import aiohttp
 import jsonpatch
 from aiohttp import web
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.registry import BIN, Registry
+
 from wcow_contract.errors import parse_profile
 from wcow_operator.handlers.certificates import self_signed
-from wcow_operator.reconcile.admission import MAX_CONTAINERS, Admitted, admit
+from wcow_operator.reconcile.admission import MAX_CONTAINERS, Admitted, Decision, admit
+from wcow_operator.registry.client import RegistryClient
+from wcow_operator.registry.resolver import FactsCache, ImageAdmission, Resolver
+
+IMAGE = "nanoserver"  # review()'s image; with image checks, a reference on the test registry
+POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="admission")  # as the Decider
 
 PROFILES = {
     "sized": parse_profile(
@@ -50,7 +71,7 @@ PROFILES = {
 
 def review(uid: int) -> dict[str, Any]:
     containers = [
-        {"name": f"c{i}", "image": "nanoserver", "resources": {"limits": {"cpu": "1500m",
+        {"name": f"c{i}", "image": IMAGE, "resources": {"limits": {"cpu": "1500m",
          "memory": "1Gi"}}} for i in range(3)
     ]  # fmt: skip
     pod = {
@@ -137,10 +158,8 @@ def decisions() -> None:
     )
 
 
-async def mutate(request: web.Request) -> web.Response:
-    data = await request.json()
+def answer(data: dict[str, Any], decision: Decision) -> web.Response:
     pod = data["request"]["object"]
-    decision = admit(pod, PROFILES)
     response: dict[str, Any] = {"uid": data["request"]["uid"], "allowed": True}
     if isinstance(decision, Admitted):
         if decision.mutated:
@@ -150,6 +169,30 @@ async def mutate(request: web.Request) -> web.Response:
     else:
         response = {**response, "allowed": False, "status": {"message": decision.message}}
     return web.json_response({**data, "response": response})
+
+
+async def mutate(request: web.Request) -> web.Response:
+    data = await request.json()
+    return answer(data, admit(data["request"]["object"], PROFILES))
+
+
+def images_route(checks: ImageAdmission, *, pooled: bool) -> Any:
+    """Cold lookups block: decided in the pool. Warm ones are cache hits: decided inline, as
+    mutate-pods decides, so the two figures compare the decisions and not the thread hop."""
+
+    async def mutate_images(request: web.Request) -> web.Response:
+        data = await request.json()
+        pod = data["request"]["object"]
+        if pooled:
+            loop = asyncio.get_running_loop()
+            decision = await loop.run_in_executor(POOL, checks.admit, pod, PROFILES)
+        else:
+            decision = checks.admit(pod, PROFILES)
+        assert isinstance(decision, Admitted), decision
+        assert decision.pod["spec"]["containers"][0]["image"] != IMAGE, "not pinned"
+        return answer(data, decision)
+
+    return mutate_images
 
 
 async def noop(request: web.Request) -> web.Response:
@@ -177,31 +220,65 @@ async def load(url: str, context: ssl.SSLContext, total: int, concurrency: int) 
     return latencies
 
 
-async def main(total: int, concurrency: int) -> None:
+async def main(total: int, concurrency: int, registry_host: str | None) -> None:
     certificate = self_signed(["127.0.0.1"])
     server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_context.load_cert_chain(certificate.certfile, certificate.keyfile)
     client_context = ssl.create_default_context(cadata=certificate.ca_pem)
     app = web.Application()
     app.add_routes([web.post("/mutate-pods", mutate), web.post("/noop", noop)])
+    names: list[tuple[str, int]] = [("noop", total), ("mutate-pods", total)]
+    if registry_host is not None:
+        client = RegistryClient(insecure=frozenset({registry_host}))
+        warm = ImageAdmission(Resolver(client))
+        cold = ImageAdmission(Resolver(client, cache=FactsCache(size=0)))
+        app.add_routes([web.post("/images-warm", images_route(warm, pooled=False)),
+                        web.post("/images-cold", images_route(cold, pooled=True))])  # fmt: skip
+        names += [("images-warm", total), ("images-cold", max(total // 5, 200))]
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_context)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    figures: dict[str, tuple[float, float]] = {}
     try:
-        for name in ("noop", "mutate-pods"):
+        for name, count in names:
             await load(f"https://127.0.0.1:{port}/{name}", client_context, 200, concurrency)
             latencies = sorted(
-                await load(f"https://127.0.0.1:{port}/{name}", client_context, total, concurrency)
+                await load(f"https://127.0.0.1:{port}/{name}", client_context, count, concurrency)
             )
             p99 = latencies[int(len(latencies) * 0.99) - 1]
+            figures[name] = (statistics.median(latencies), p99)
             print(
-                f"{name:12} {total} admissions, {concurrency} concurrent: "
+                f"{name:12} {count} admissions, {concurrency} concurrent: "
                 f"median {statistics.median(latencies) * 1000:.2f} ms, p99 {p99 * 1000:.2f} ms"
             )
+        if "images-warm" in figures:
+            sizing, floor = figures["mutate-pods"], figures["noop"]
+            for name in ("images-warm", "images-cold"):
+                median, p99 = figures[name]
+                print(
+                    f"{name}: {median / sizing[0]:.2f}x the sizing-only median "
+                    f"({p99 / sizing[1]:.2f}x at p99), {median / floor[0]:.2f}x the no-op floor"
+                )
     finally:
         await runner.cleanup()
+
+
+def _registry(folder: Path) -> Any:
+    """The test registry with a Windows index of 17763 and 20348 (review()'s image), or None
+    when it is not built."""
+    global IMAGE  # noqa: PLW0603 - review() builds the pods the load sends
+    if not BIN.exists():
+        print(f"image checks: not measured, the test registry is not built ({BIN})")
+        return None
+    registry = Registry(folder)
+    registry.start()
+    old = registry.push_image("wcow/app", "10.0.17763.1234")
+    new = registry.push_image("wcow/app", "10.0.20348.2655")
+    registry.push_index("wcow/app", "multi", [old, new])
+    IMAGE = registry.reference("wcow/app", "multi")
+    return registry
 
 
 if __name__ == "__main__":
@@ -212,4 +289,10 @@ if __name__ == "__main__":
     args = parser.parse_args()
     decisions()
     if not args.decisions_only:
-        asyncio.run(main(args.requests, args.concurrency))
+        with TemporaryDirectory() as folder:
+            registry = _registry(Path(folder))
+            try:
+                asyncio.run(main(args.requests, args.concurrency, registry and registry.host))
+            finally:
+                if registry is not None:
+                    registry.stop()

@@ -128,6 +128,7 @@ class Registry:
     binary: Path = BIN
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    auth: dict[str, Any] | None = None  # the registry's `auth` configuration (e.g. silly)
 
     @property
     def host(self) -> str:
@@ -191,7 +192,9 @@ class Registry:
         http: dict[str, Any] = {"addr": self.host, "secret": "wcow-test-only"}
         if self.tls:
             http["tls"] = self._serving_certificate()
+        extra = {"auth": self.auth} if self.auth else {}
         return {
+            **extra,
             "version": 0.1,
             "log": {"level": "warn", "accesslog": {"disabled": True}},
             "storage": {
@@ -227,7 +230,7 @@ class Registry:
                 raise RuntimeError(f"registry exited with {self.process.returncode}:\n{tail}")
             try:
                 status, _, _ = self.request("GET", "/v2/")
-                if status == 200:
+                if status == 200 or (status == 401 and self.auth):
                     return
             except OSError as error:
                 last = str(error)
@@ -246,7 +249,10 @@ class Registry:
         """One call to the registry (``path`` absolute, or a URL it returned): status,
         headers (lower-case names) and body; HTTP errors are returned, not raised."""
         url = path if path.startswith(("http://", "https://")) else self.url + path
-        request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+        headers = dict(headers or {})
+        if self.auth and path != "/v2/":  # silly auth lets any Authorization header through
+            headers.setdefault("Authorization", "Bearer wcow-test-pusher")
+        request = urllib.request.Request(url, data=body, method=method, headers=headers)
         context = ssl.create_default_context(cafile=str(self.ca_file)) if self.tls else None
         try:
             with urllib.request.urlopen(request, timeout=10, context=context) as response:
@@ -363,8 +369,10 @@ def _expect(status: int, wanted: int, what: str, body: bytes) -> None:
 
 
 @contextlib.contextmanager
-def running(workdir: Path, *, tls: bool = False) -> Iterator[Registry]:
-    registry = Registry(workdir, tls=tls)
+def running(
+    workdir: Path, *, tls: bool = False, auth: dict[str, Any] | None = None
+) -> Iterator[Registry]:
+    registry = Registry(workdir, tls=tls, auth=auth)
     registry.start()
     try:
         yield registry

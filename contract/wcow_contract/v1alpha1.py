@@ -867,6 +867,21 @@ class CanarySpec(_Model):
     mounts), outside Kubernetes admission: name an image you trust, ideally by digest."""
 
 
+UnreachableRegistry = Literal["Admit", "Refuse"]
+
+
+class ImagesSpec(_Model):
+    """What the admission webhook does with the images of this class's pods when it reads
+    them from their registries (operator flag --resolve-images; off by default)."""
+
+    unreachable_registry: UnreachableRegistry | None = None
+    """When an image cannot be read (registry down or slow, 401, 404, 5xx, a manifest too
+    large or malformed): Admit lets the pod through with an admission warning and counts it
+    in wcow_admission_images_unchecked_total; Refuse refuses it (reason ImageUnresolved).
+    Default: the operator's --unreachable-registry (Admit unless set). Refuse wins if either
+    asks for it."""
+
+
 MAX_UNAVAILABLE_PATTERN = r"^(100|[1-9][0-9]?)%$"
 
 
@@ -1000,6 +1015,8 @@ class WindowsRuntimeProfileSpec(_Model):
     """How node agents prove the handler works before labelling a node ready."""
     rollout: RolloutSpec = RolloutSpec()
     """How a change reaches the nodes: a few at a time, halted by a failure."""
+    images: ImagesSpec = ImagesSpec()
+    """What admission does with the pods' images when the operator reads registries."""
 
     @field_validator("windows_build")
     @classmethod

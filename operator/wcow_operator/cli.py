@@ -24,6 +24,8 @@ from wcow_contract.reference import markdown_reference
 from wcow_contract.text import shown
 from wcow_contract.v1alpha1 import API_VERSION, KIND, WindowsRuntimeProfile
 from wcow_operator.reconcile.admission import Refused, admit
+from wcow_operator.registry.client import RegistryClient
+from wcow_operator.registry.resolver import ImageAdmission, Resolver
 from wcow_operator.render.bundle import ProfileConflictError, Rendered, render_all
 from wcow_operator.render.configmaps import plan_config_map
 from wcow_operator.render.serialize import dump_yaml, dump_yaml_documents
@@ -288,8 +290,9 @@ def cmd_admit(args: argparse.Namespace) -> int:
         _fail([str(error)])
     if not pods:
         _fail([f"no Pod found in {', '.join(args.pods)}"])
+    decide = _image_admission(args).admit if args.resolve_images else admit
     for where, pod in pods:
-        decision = admit(pod, profiles)
+        decision = decide(pod, profiles)
         metadata = pod.get("metadata")
         name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
         if isinstance(decision, Refused):
@@ -298,10 +301,32 @@ def cmd_admit(args: argparse.Namespace) -> int:
             )
         else:
             admitted.append(decision.pod)
+            for warning in decision.warnings:
+                print(f"warning: {where}: pod {shown(name)}: {warning}", file=sys.stderr)
     sys.stdout.write(dump_yaml_documents(admitted))
     for refusal in refusals:
         print(f"error: {refusal}", file=sys.stderr)
     return EXIT_INVALID if refusals else 0
+
+
+def _image_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--resolve-images", action="store_true",
+        help="read each container's image from its registry as the webhook does with "
+        "--resolve-images: refuse images of a build the class cannot run (ImageBuildMismatch) "
+        "and print Hyper-V pods with their images pinned to the guest build's manifest",
+    )  # fmt: skip
+    parser.add_argument(
+        "--insecure-registry", action="append", default=[], metavar="HOST:PORT",
+        help="read this registry over plain HTTP (repeatable); all others over HTTPS",
+    )  # fmt: skip
+
+
+def _image_admission(args: argparse.Namespace) -> ImageAdmission:
+    """Anonymous lookups with the webhook's bounds; a registry that cannot be read gives a
+    warning (exit 0) unless a profile says spec.images.unreachableRegistry: Refuse."""
+    client = RegistryClient(insecure=frozenset(args.insecure_registry))
+    return ImageAdmission(Resolver(client))
 
 
 CRD_HEADER = "# Generated from wcow_contract/v1alpha1.py by `wcow crd`. Do not edit.\n"
@@ -356,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--profiles", action="append", required=True, metavar="PATH",
         help="profile files or folders (repeatable)",
     )  # fmt: skip
+    _image_arguments(admission)
     admission.add_argument("pods", nargs="+", metavar="POD")
     admission.set_defaults(func=cmd_admit)
 

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -41,9 +41,12 @@ from wcow_operator.handlers.certificates import Authority, ServingCertificate, k
 from wcow_operator.handlers.webhook_server import STOP_SECONDS, AdmissionServer
 from wcow_operator.k8s.api import KubernetesApi, load_client_config
 from wcow_operator.k8s.leader import LeaseElection
+from wcow_operator.k8s.secrets import RegistrySecret
 from wcow_operator.k8s.webhooks import WebhookConfigurations
 from wcow_operator.rbac import OPERATOR_LEASE
 from wcow_operator.reconcile.core import ReconcileSettings
+from wcow_operator.registry.client import RegistryClient, credentials_from_dockerconfig
+from wcow_operator.registry.resolver import ImageAdmission, Resolver
 from wcow_operator.render.webhooks import Endpoint
 from wcow_operator.settings import OperatorSettings, SettingsError, parse_settings
 
@@ -213,7 +216,7 @@ def start(settings: OperatorSettings, webhook: Webhook | None, supervisor: Super
     )  # fmt: skip
     runner = Runner(controller, settings.resync_seconds, settings.debounce_seconds)
     cache.on_change = runner.trigger
-    admission = admission_parts(webhook, api_client, cache, metrics) if webhook else None
+    admission = admission_parts(webhook, api_client, cache, metrics, settings) if webhook else None
     keeper = admission.keeper if admission is not None else None
     probes = Probes(runner, threading.Event(), keeper, settings.resync_seconds)
     health = HealthServer(settings.health_port, probes.live, probes.ready)
@@ -222,6 +225,8 @@ def start(settings: OperatorSettings, webhook: Webhook | None, supervisor: Super
     start_informers(supervisor, api, cache, settings.namespace, metrics)
     if admission is not None:
         start_webhook_keeping(supervisor, admission, cache)
+        if admission.secret is not None:
+            supervisor.start("registry-secret", admission.secret.run(supervisor.stopping))
     elected = start_election(supervisor, settings, identity)
     reconciler = Reconciler(runner, elected, probes.leading, supervisor.stopping)
     supervisor.start("reconciler", reconciler.run, stop=reconciler.stop, grace=LAST_PASS_SECONDS)
@@ -280,19 +285,69 @@ class Admission:
     webhook: Webhook
     keeper: WebhookKeeper
     server: AdmissionServer
+    secret: CredentialsKeeper | None = None  # image checks with a registry Secret
 
 
 def admission_parts(
-    webhook: Webhook, api_client: Any, cache: ClusterCache, metrics: Metrics
-) -> Admission:
+    webhook: Webhook, api_client: Any, cache: ClusterCache, metrics: Metrics,
+    settings: OperatorSettings,
+) -> Admission:  # fmt: skip
     index = ProfileIndex(cache.profile_bodies)
     configurations = WebhookConfigurations(api_client)
     keeper = WebhookKeeper(configurations, webhook.settings, webhook.certificate, index.classes)
+    admission_metrics = AdmissionMetrics(metrics.registry)
+    images, secret = image_checks(settings, api_client, admission_metrics)
     server = AdmissionServer(
         webhook.settings, webhook.certificate, index.current,
-        AdmissionMetrics(metrics.registry), synced=cache.synced,
+        admission_metrics, synced=cache.synced, images=images,
     )  # fmt: skip
-    return Admission(webhook, keeper, server)
+    return Admission(webhook, keeper, server, secret)
+
+
+@dataclass
+class CredentialsKeeper:
+    """Rereads the registry Secret every ``every`` seconds into the client (rotation)."""
+
+    secret: RegistrySecret
+    client: RegistryClient
+    every: float = 60.0
+
+    def refresh(self) -> None:
+        document = self.secret.read()
+        self.client.credentials = credentials_from_dockerconfig(document or {})
+
+    def run(self, stop: threading.Event) -> Callable[[], None]:
+        def loop() -> None:
+            while not stop.wait(self.every):
+                self.refresh()
+
+        return loop
+
+
+def image_checks(
+    settings: OperatorSettings, api_client: Any, metrics: AdmissionMetrics
+) -> tuple[ImageAdmission | None, CredentialsKeeper | None]:
+    """The image checks, None unless --resolve-images (the webhook decides sizing only)."""
+    images = settings.images
+    if not images.resolve:
+        return None, None
+    client = RegistryClient(insecure=frozenset(images.insecure_registries))
+    keeper = None
+    if images.registry_secret:
+        secret = RegistrySecret(api_client, settings.namespace, images.registry_secret)
+        keeper = CredentialsKeeper(secret, client)
+        keeper.refresh()
+    checks = ImageAdmission(
+        Resolver(client, timeout=images.lookup_timeout_seconds),
+        refuse_unresolved=images.unreachable_registry == "Refuse",
+        unchecked=lambda cause: metrics.images_unchecked.labels(cause=cause).inc(),
+    )
+    log.info(
+        "image checks on: registries read over HTTPS%s, %s",
+        f" (HTTP: {', '.join(images.insecure_registries)})" if images.insecure_registries else "",
+        f"credentials from Secret {images.registry_secret}" if keeper else "anonymously",
+    )
+    return checks, keeper
 
 
 def start_webhook_keeping(

@@ -73,6 +73,13 @@ def operator_webhook_rules(cluster_role: str) -> list[Rule]:
     ]
 
 
+def registry_secret_rules(secret: str) -> list[Rule]:
+    """With image checks and a registry Secret (chart values admission.images.*): read that
+    one Secret, by name, in the operator's namespace (``k8s.secrets.RegistrySecret``)."""
+    return [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [secret],
+             "verbs": ["get"]}]  # fmt: skip
+
+
 # In the operator's namespace only: the plan ConfigMap and the leader Lease (by name, except
 # create, which RBAC cannot restrict by name; the plan's watch selects it with fieldSelector
 # metadata.name, which lets RBAC apply resourceNames to list and watch).

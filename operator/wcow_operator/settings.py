@@ -22,6 +22,17 @@ class SettingsError(ValueError):
 
 
 @dataclass(frozen=True)
+class ImageSettings:
+    """The webhook's image checks (issue 19 item 4): off unless --resolve-images."""
+
+    resolve: bool = False
+    insecure_registries: tuple[str, ...] = ()
+    registry_secret: str = ""  # a kubernetes.io/dockerconfigjson Secret in the namespace
+    unreachable_registry: str = "Admit"
+    lookup_timeout_seconds: float = 1.0
+
+
+@dataclass(frozen=True)
 class OperatorSettings:
     namespace: str
     metrics_port: int = 9090
@@ -42,6 +53,7 @@ class OperatorSettings:
     webhook_ca_injection_from: str = ""
     webhook_owner_clusterrole: str = ""
     shutdown_delay_seconds: float = 5.0
+    images: ImageSettings = ImageSettings()
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool | None:
@@ -146,6 +158,7 @@ def _parser() -> argparse.ArgumentParser:
         "long before stopping, so the Service drops this replica first; the API server does "
         "not retry a failed webhook call (env WCOW_SHUTDOWN_DELAY_SECONDS, default 5)",
     )
+    _image_flags(parser)
     parser.add_argument(
         "--log-format", choices=("json", "text"), help="env WCOW_LOG_FORMAT, default json"
     )
@@ -209,6 +222,7 @@ def parse_settings(
         log_level=args.log_level or env.get("WCOW_LOG_LEVEL") or defaults.log_level,
         max_unavailable=max_unavailable,
         rollout_timeout_seconds=rollout_timeout,
+        images=image_settings(args, env),
     )
 
 
@@ -287,3 +301,73 @@ def _webhook_settings(
     if owner and not DNS_SUBDOMAIN.fullmatch(owner):
         raise SettingsError(f"--webhook-owner-clusterrole is not a valid name: {owner!r}")
     return found
+
+
+HOST_PORT = re.compile(r"[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]{2,45}\](:[0-9]{1,5})?")
+
+
+def _image_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--resolve-images",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the webhook reads each wcow pod's images from their registries: refuses images "
+        "of a build the class cannot run (ImageBuildMismatch) and pins Hyper-V pods' images "
+        "to their guest build's manifest (env WCOW_RESOLVE_IMAGES, default off)",
+    )
+    parser.add_argument(
+        "--insecure-registry",
+        action="append",
+        metavar="HOST:PORT",
+        help="read this registry over plain HTTP instead of HTTPS (repeatable; env "
+        "WCOW_INSECURE_REGISTRIES, comma-separated)",
+    )
+    parser.add_argument(
+        "--registry-secret",
+        metavar="NAME",
+        help="a kubernetes.io/dockerconfigjson Secret in the operator's namespace with "
+        "registry credentials (env WCOW_REGISTRY_SECRET; default: anonymous)",
+    )
+    parser.add_argument(
+        "--unreachable-registry",
+        choices=("Admit", "Refuse"),
+        help="a pod whose image cannot be read: admitted with a warning, or refused "
+        "(ImageUnresolved); a profile's spec.images.unreachableRegistry Refuse also refuses "
+        "(env WCOW_UNREACHABLE_REGISTRY, default Admit)",
+    )
+    parser.add_argument(
+        "--image-lookup-timeout-seconds",
+        type=float,
+        help="all of one pod's image lookups together, 0.1 to 1.5 (inside the webhook's 2 s "
+        "decision deadline; env WCOW_IMAGE_LOOKUP_TIMEOUT_SECONDS, default 1)",
+    )
+
+
+def image_settings(args: argparse.Namespace, env: Mapping[str, str]) -> ImageSettings:
+    resolve = args.resolve_images
+    if resolve is None:
+        resolve = _flag(env, "WCOW_RESOLVE_IMAGES") or False
+    insecure = args.insecure_registry or [
+        h.strip() for h in env.get("WCOW_INSECURE_REGISTRIES", "").split(",") if h.strip()
+    ]
+    for host in insecure:
+        if not HOST_PORT.fullmatch(host):
+            raise SettingsError(f"--insecure-registry must be HOST or HOST:PORT, not {host!r}")
+    secret = args.registry_secret or env.get("WCOW_REGISTRY_SECRET") or ""
+    if secret and not DNS_SUBDOMAIN.fullmatch(secret):
+        raise SettingsError(f"--registry-secret is not a valid Secret name: {secret!r}")
+    unreachable = args.unreachable_registry or env.get("WCOW_UNREACHABLE_REGISTRY") or "Admit"
+    if unreachable not in ("Admit", "Refuse"):
+        raise SettingsError(f"--unreachable-registry must be Admit or Refuse, not {unreachable!r}")
+    try:
+        timeout = args.image_lookup_timeout_seconds or float(
+            env.get("WCOW_IMAGE_LOOKUP_TIMEOUT_SECONDS") or 1.0
+        )
+    except ValueError as error:
+        raise SettingsError(f"invalid WCOW_IMAGE_LOOKUP_TIMEOUT_SECONDS: {error}") from None
+    if not 0.1 <= timeout <= 1.5:
+        raise SettingsError(
+            f"--image-lookup-timeout-seconds must be 0.1 to 1.5 (the webhook decides each pod "
+            f"within 2 s), not {timeout}"
+        )
+    return ImageSettings(resolve, tuple(insecure), secret, unreachable, timeout)

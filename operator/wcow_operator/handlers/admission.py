@@ -33,6 +33,8 @@ from wcow_contract.v1alpha1 import WindowsRuntimeProfile
 from wcow_operator.controller.api import ApiError
 from wcow_operator.handlers.certificates import Authority, ServingCertificate
 from wcow_operator.reconcile.admission import REASONS, Admitted, Decision, admit, admit_update
+from wcow_operator.reconcile.images import REASONS as IMAGE_REASONS
+from wcow_operator.registry.resolver import ImageAdmission
 from wcow_operator.render.webhooks import (
     KINDS,
     MUTATE_ID,
@@ -55,6 +57,7 @@ TIMED_OUT = "DecisionTimeout"
 # inside the API server's timeoutSeconds (render.webhooks.TIMEOUT_SECONDS) so the pod gets
 # a refusal that says why rather than a "context deadline exceeded".
 DECISION_TIMEOUT_SECONDS = 2.0
+IMAGE_WORKERS = 8  # with image checks: a decision may wait up to a second on a registry
 
 
 class AdmissionMetrics:
@@ -75,8 +78,15 @@ class AdmissionMetrics:
             ["reason"],
             registry=registry,
         )
-        for reason in (*REASONS, NOT_READY, TIMED_OUT):
+        for reason in (*REASONS, *IMAGE_REASONS, NOT_READY, TIMED_OUT):
             self.refused.labels(reason=reason)
+        self.images_unchecked = Counter(
+            "wcow_admission_images_unchecked_total",
+            "Images admitted without their build checked (--resolve-images), by cause: "
+            "Unreachable, Timeout, Unauthorized, NotFound, ServerError, TooLarge, Malformed",
+            ["cause"],
+            registry=registry,
+        )
 
 
 class Decider:
@@ -214,14 +224,20 @@ def register(
     metrics: AdmissionMetrics,
     synced: Callable[[], bool] = lambda: True,
     decider: Decider | None = None,
+    *,
+    images: ImageAdmission | None = None,
 ) -> None:
     """The mutating (pod CREATE) and validating (pod CREATE and UPDATE) handlers; each
     decision runs in ``decider``'s threads with a deadline.
 
     Before the operator has listed the profiles once it cannot tell a wcow pod from another,
     so it refuses (the pod's controller or the user tries again; the API server does not)
-    rather than admit unchecked."""
-    judge = _Judge(profiles, metrics, synced, decider or Decider())
+    rather than admit unchecked. With ``images`` (--resolve-images) the mutating webhook
+    also reads the images (and pins a Hyper-V pod's), the validating one judges images an
+    UPDATE changes; at CREATE it checks the sizing of the pod as pinned without reading again.
+    Lookups can block up to their deadline, so the decisions then get more threads."""
+    decider = decider or Decider(workers=IMAGE_WORKERS if images else 2)
+    judge = _Judge(profiles, metrics, synced, decider)
 
     @kopf.on.mutate("", "v1", "pods", id=MUTATE_ID, operations=["CREATE"], registry=registry)
     async def mutate(
@@ -235,7 +251,9 @@ def register(
                 "replica has no earlier valid spec of it: the pod is admitted unchecked "
                 "(kubectl describe wrp shows why the profile is invalid)"
             )
-        decision = await judge.decided(admit, dict(body), known)
+        decision = await judge.decided(images.admit if images else admit, dict(body), known)
+        if warnings is not None:
+            warnings.extend(decision.warnings)
         if decision.profile is not None:
             metrics.admitted.inc()
         if decision.mutated:
@@ -253,7 +271,8 @@ def register(
         # UPDATE: what hcsshim reads is fixed at creation (reconcile.admission.admit_update).
         known = judge.known_profiles()
         if operation == "UPDATE" and old is not None:
-            await judge.decided(admit_update, dict(old), dict(body), known)
+            judged = images.admit_update if images else admit_update
+            await judge.decided(judged, dict(old), dict(body), known)
         else:
             await judge.decided(admit, dict(body), known)
 

@@ -21,6 +21,7 @@ import kopf
 from wcow_contract.v1alpha1 import WindowsRuntimeProfile
 from wcow_operator.handlers.admission import AdmissionMetrics, WebhookSettings, register
 from wcow_operator.handlers.certificates import ServingCertificate
+from wcow_operator.registry.resolver import ImageAdmission
 
 STOP_SECONDS = 30.0  # kopf's own shutdown: finish the admissions in flight, close the server
 
@@ -33,12 +34,14 @@ class AdmissionServer:
         profiles: Callable[[], dict[str, WindowsRuntimeProfile]],
         metrics: AdmissionMetrics,
         synced: Callable[[], bool],
+        *,
+        images: ImageAdmission | None = None,
     ) -> None:
         self._registry = kopf.OperatorRegistry()
         # A registry of our own has no login handler: use the kubernetes client's credentials
         # (in-cluster service account, or the kubeconfig), as the default registry would.
         kopf.on.login(registry=self._registry)(kopf.login_via_client)
-        register(self._registry, profiles, metrics, synced=synced)
+        register(self._registry, profiles, metrics, synced=synced, images=images)
         _serve_on(self._registry, settings, certificate)
         self._stop = threading.Event()
 

@@ -93,6 +93,7 @@ class Admitted:
     pod: dict[str, Any]
     changes: tuple[str, ...] = ()
     profile: str | None = None
+    warnings: tuple[str, ...] = ()  # admission warnings for the user (kubectl prints them)
 
     @property
     def mutated(self) -> bool:

@@ -1,0 +1,48 @@
+"""The registry credentials Secret of the image checks: read by name, in the operator's
+namespace only (RBAC: ``rbac.registry_secret_rules``, ``get`` on that one resourceName)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from typing import Any, Final
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from wcow_operator.k8s.transport import JsonTransport, TransportError
+
+log = logging.getLogger(__name__)
+DOCKER_CONFIG_KEY: Final = ".dockerconfigjson"
+MAX_SECRET_BYTES: Final = 1 << 20  # the API server's own bound on a Secret
+
+
+class RegistrySecret:
+    def __init__(self, api_client: client.ApiClient, namespace: str, name: str) -> None:
+        self._transport = JsonTransport(api_client, timeout_seconds=10)
+        self.namespace, self.name = namespace, name
+
+    def read(self) -> dict[str, Any] | None:
+        """The Secret's ``.dockerconfigjson`` document; None (and a log line saying why)
+        when it is missing, unreadable or of another shape: lookups are then anonymous."""
+        path = f"/api/v1/namespaces/{self.namespace}/secrets/{self.name}"
+        where = f"registry Secret {self.namespace}/{self.name}"
+        try:
+            secret = self._transport.json("GET", path) or {}
+        except (ApiException, *TransportError) as error:
+            status = getattr(error, "status", 0)
+            log.warning("%s cannot be read (HTTP %s): image lookups are anonymous", where, status)
+            return None
+        encoded = (secret.get("data") or {}).get(DOCKER_CONFIG_KEY)
+        if not isinstance(encoded, str) or len(encoded) > MAX_SECRET_BYTES:
+            log.warning("%s has no %s key: image lookups are anonymous", where, DOCKER_CONFIG_KEY)
+            return None
+        try:
+            document = json.loads(base64.b64decode(encoded))
+        except ValueError:
+            log.warning(
+                "%s: %s is not base64 JSON; lookups are anonymous", where, DOCKER_CONFIG_KEY
+            )
+            return None
+        return document if isinstance(document, dict) else None

@@ -1,0 +1,2 @@
+"""Reading images from their registries for admission: an adapter (the decisions are
+in ``reconcile.images``)."""
