@@ -193,7 +193,7 @@ def _read(response: Any, deadline: float, limit: int) -> bytes:
     if declared and declared.isdigit() and int(declared) > limit:
         raise Failed("TooLarge", f"the registry announced {declared} bytes, above {limit}")
     body = bytearray()
-    read = getattr(response, "read1", response.read)  # read1: urllib3 2 (what returns at once)
+    read = response.read1  # what has arrived, at once: the deadline is checked between reads
     try:
         while chunk := read(CHUNK):
             body += chunk
