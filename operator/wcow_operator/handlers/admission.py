@@ -32,7 +32,14 @@ from wcow_contract.text import shown
 from wcow_contract.v1alpha1 import WindowsRuntimeProfile
 from wcow_operator.controller.api import ApiError
 from wcow_operator.handlers.certificates import Authority, ServingCertificate
-from wcow_operator.reconcile.admission import REASONS, Admitted, Decision, admit, admit_update
+from wcow_operator.reconcile.admission import (
+    REASONS,
+    VM_TOO_SMALL,
+    Admitted,
+    Decision,
+    admit,
+    admit_update,
+)
 from wcow_operator.render.webhooks import (
     KINDS,
     MUTATE_ID,
@@ -77,6 +84,14 @@ class AdmissionMetrics:
         )
         for reason in (*REASONS, NOT_READY, TIMED_OUT):
             self.refused.labels(reason=reason)
+        self.warned = Counter(
+            "wcow_admission_warned_total",
+            "Pods admitted with an admission warning, by reason (VMTooSmall under "
+            "spec.vm.oversizedPods: Warn)",
+            ["reason"],
+            registry=registry,
+        )
+        self.warned.labels(reason=VM_TOO_SMALL)
 
 
 class Decider:
@@ -246,16 +261,26 @@ def register(
         "", "v1", "pods", id=VALIDATE_ID, operations=["CREATE", "UPDATE"], registry=registry
     )
     async def validate(
-        body: kopf.Body, old: kopf.Body | None = None, operation: str | None = None, **_: Any
+        body: kopf.Body,
+        old: kopf.Body | None = None,
+        operation: str | None = None,
+        warnings: list[str] | None = None,
+        **_: Any,
     ) -> None:
         # CREATE: the final pod, after every mutating webhook: refused if it would be refused
         # now (e.g. another webhook raised its limits past the bounds after ours sized it).
         # UPDATE: what hcsshim reads is fixed at creation (reconcile.admission.admit_update).
+        # The decision's warnings are returned here only, where the pod is final, so the
+        # client sees each once.
         known = judge.known_profiles()
         if operation == "UPDATE" and old is not None:
-            await judge.decided(admit_update, dict(old), dict(body), known)
+            decision = await judge.decided(admit_update, dict(old), dict(body), known)
         else:
-            await judge.decided(admit, dict(body), known)
+            decision = await judge.decided(admit, dict(body), known)
+        for warning in decision.warnings:
+            metrics.warned.labels(reason=warning.reason).inc()
+            if warnings is not None:
+                warnings.append(str(warning))
 
 
 @dataclass(frozen=True)
