@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from tests.admission.pods import FROM_LIMITS, container, pod, profile, profiles
-from tests.conftest import SAMPLES
+from tests.conftest import SAMPLES, profile_document
 from wcow_contract.errors import ProfileInvalidError, parse_profile
 from wcow_contract.v1alpha1 import ANNOTATION_MEMORY_MB as MEM
 from wcow_contract.v1alpha1 import ANNOTATION_PROCESSOR_COUNT as CPU
-from wcow_operator.cli import load_profiles
+from wcow_operator.cli import load_profiles, main
 from wcow_operator.reconcile.admission import (
     VM_TOO_SMALL,
     Admitted,
@@ -129,12 +129,12 @@ def test_update_judges_size_only_where_placement_is_judged_again() -> None:
 
 
 def test_oversized_pods_takes_refuse_or_warn_only() -> None:
-    from tests.conftest import profile_document
-
     with pytest.raises(ProfileInvalidError) as caught:
         parse_profile(profile_document("hv", vm={"oversizedPods": "warn"}))
     assert "vm.oversizedPods" in str(caught.value.problems)
-    assert profile("hv").spec.effective_vm().oversized_pods == "Refuse"  # type: ignore[union-attr]
+    vm = profile("hv").spec.effective_vm()
+    assert vm is not None
+    assert vm.oversized_pods == "Refuse"
 
 
 def test_physically_backed_fixed_vm_is_charged_through_the_overhead_not_requests() -> None:
@@ -158,3 +158,14 @@ def test_physically_backed_fixed_vm_is_charged_through_the_overhead_not_requests
     sized = profile(reserve.name, **spec)
     raised = admitted(admit(body, profiles(sized)))
     assert raised.pod["spec"]["containers"][0]["resources"]["requests"]["memory"] == "2Gi"
+
+
+def test_wcow_admit_help_says_what_the_webhook_does(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["admit", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "on a physically backed VM memory requests equal to its limits" in text
+    assert "On a Fixed profile nothing is changed" in text
+    assert "RuntimeClass overhead, the whole VM by default" in text
+    assert "refused (VMTooSmall), or warned about where the profile's spec.vm.oversizedPods" in text
+    assert "Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs, CronJobs" in text

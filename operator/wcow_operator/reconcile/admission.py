@@ -728,7 +728,8 @@ def _contributions(pod: Mapping[str, Any], needs: PodNeeds, resource: ResourceNa
                     found.append(f"{_name(c, i)} {value}")  # a quantity: parsed already
                     break
     more = f" and {len(found) - 4} more" if len(found) > 4 else ""
-    return ", ".join(found[:4]) + more
+    listed = ", ".join(found[:4]) + more
+    return listed if len(listed) <= 200 else f"{listed[:197]}..."  # long names, long quantities
 
 
 def _check_fits(
