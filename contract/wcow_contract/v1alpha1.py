@@ -261,6 +261,7 @@ class SandboxSpec(_Model):
 
 
 VMSizing = Literal["Fixed", "FromPodLimits"]
+OversizedPods = Literal["Refuse", "Warn"]
 # The pod annotations a FromPodLimits VM is sized through (pkg/annotations/annotations.go).
 SIZING_ANNOTATIONS: Final = (ANNOTATION_PROCESSOR_COUNT, ANNOTATION_MEMORY_MB)
 _SIZING_RULES = (
@@ -342,6 +343,12 @@ class VMSpec(_Model):
     """Most memory in MB a pod's VM may have; even. Required with FromPodLimits; optional
     with Fixed, where it bounds pods' own annotations (unset: a pod may ask for no more than
     memoryMB). At least memoryMB."""
+    oversized_pods: OversizedPods = "Refuse"
+    """A pod whose limits (requests where no limit, summed as for FromPodLimits) need a
+    larger VM than it gets (processorCount/memoryMB of a Fixed profile, or the pod's own
+    sizing annotations; the VM needs 512 MB of its own besides): Refuse (admission reason
+    VMTooSmall) or Warn (admitted with an admission warning naming the need and the VM's
+    size)."""
 
     @field_validator("memory_mb", "max_memory_mb")
     @classmethod

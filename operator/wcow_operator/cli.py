@@ -21,9 +21,9 @@ from wcow_contract.crd import custom_resource_definition
 from wcow_contract.errors import ProfileInvalidError, parse_profile
 from wcow_contract.plan import dump_plan
 from wcow_contract.reference import markdown_reference
-from wcow_contract.text import shown
 from wcow_contract.v1alpha1 import API_VERSION, KIND, WindowsRuntimeProfile
 from wcow_operator.reconcile.admission import Refused, admit
+from wcow_operator.reconcile.workloads import TEMPLATE_PATHS, PodSource, pods_in
 from wcow_operator.registry.client import RegistryClient
 from wcow_operator.registry.resolver import ImageAdmission, Resolver
 from wcow_operator.render.bundle import ProfileConflictError, Rendered, render_all
@@ -271,42 +271,52 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pods(paths: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every Pod in ``paths`` (other kinds are not the webhook's to judge), with its source."""
+def _pods(paths: Sequence[str]) -> Iterator[tuple[str, PodSource]]:
+    """Every Pod, workload pod template and List item of those in ``paths`` (other kinds
+    are not the webhook's to judge), with the file and document it is in."""
     for path in _files(paths):
         for index, document in _documents(path):
-            if isinstance(document, dict) and document.get("kind") == "Pod":
-                yield f"{path} (document {index})", document
+            for source in pods_in(document):
+                yield f"{path} (document {index})", source
+
+
+def _admitted_yaml(where: str, source: PodSource, pod: dict[str, Any]) -> str:
+    if not source.workload:
+        return f"---\n{dump_yaml(pod)}"
+    return (
+        f"---\n# {source.what} in {where}: each of its pods as the webhook would admit it "
+        f"(the workload itself is never changed)\n{dump_yaml(pod)}"
+    )
 
 
 def cmd_admit(args: argparse.Namespace) -> int:
     loaded = _load_or_fail(args.profiles)
     profiles = {item.profile.name: item.profile for item in loaded}
-    admitted: list[dict[str, Any]] = []
-    refusals: list[str] = []
+    admitted: list[str] = []
+    errors: list[str] = []
     try:
         pods = list(_pods(args.pods))
     except InputError as error:
         _fail([str(error)])
     if not pods:
-        _fail([f"no Pod found in {', '.join(args.pods)}"])
+        _fail([f"no Pod or workload ({', '.join(TEMPLATE_PATHS)}) found in {', '.join(args.pods)}"])
     decide = _image_admission(args).admit if args.resolve_images else admit
-    for where, pod in pods:
-        decision = decide(pod, profiles)
-        metadata = pod.get("metadata")
-        name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
+    for where, source in pods:
+        if source.pod is None:
+            errors.append(f"error: {where}: {source.what}: {source.problem}")
+            continue
+        decision = decide(source.pod, profiles)
         if isinstance(decision, Refused):
-            refusals.append(
-                f"{where}: pod {shown(name)} refused ({decision.reason}): {decision.message}"
+            errors.append(
+                f"error: {where}: {source.what} refused ({decision.reason}): {decision.message}"
             )
-        else:
-            admitted.append(decision.pod)
-            for warning in decision.warnings:
-                print(f"warning: {where}: pod {shown(name)}: {warning}", file=sys.stderr)
-    sys.stdout.write(dump_yaml_documents(admitted))
-    for refusal in refusals:
-        print(f"error: {refusal}", file=sys.stderr)
-    return EXIT_INVALID if refusals else 0
+            continue
+        admitted.append(_admitted_yaml(where, source, decision.pod))
+        errors += [f"warning: {where}: {source.what}: {w}" for w in decision.warnings]
+    sys.stdout.write("".join(admitted))
+    for line in errors:
+        print(line, file=sys.stderr)
+    return EXIT_INVALID if any(line.startswith("error:") for line in errors) else 0
 
 
 def _image_arguments(parser: argparse.ArgumentParser) -> None:
@@ -374,15 +384,25 @@ def build_parser() -> argparse.ArgumentParser:
         "admit",
         help="admit pods as the webhook would (no cluster)",
         description="Print each Pod in the POD files as the admission webhook would admit it "
-        "(YAML on stdout; unchanged unless its RuntimeClass is a FromPodLimits profile), or "
-        "why it would refuse it (stderr, exit 1). Profiles come from --profiles.",
+        "(YAML on stdout), or why it would refuse it (stderr, exit 1); warnings it would "
+        "return go to stderr (exit 0). Deployments, StatefulSets, DaemonSets, ReplicaSets, "
+        "Jobs, CronJobs and the items of Lists (kubectl get -o yaml) are judged by their pod "
+        "template, printed as a Pod under a comment naming the workload; the webhook never "
+        "changes a workload, only the pods made from it. A pod is changed only where its "
+        "RuntimeClass is a FromPodLimits profile: it gets the VM sizing annotations, and on a "
+        "physically backed VM memory requests equal to its limits. On a Fixed profile "
+        "nothing is changed (a physically backed Fixed VM is charged to the node through the "
+        "RuntimeClass overhead, the whole VM by default); a pod whose limits need a larger "
+        "VM is refused (VMTooSmall), or warned about where the profile's "
+        "spec.vm.oversizedPods is Warn. Profiles come from --profiles.",
     )
     admission.add_argument(
         "--profiles", action="append", required=True, metavar="PATH",
         help="profile files or folders (repeatable)",
     )  # fmt: skip
     _image_arguments(admission)
-    admission.add_argument("pods", nargs="+", metavar="POD")
+    admission.add_argument("pods", nargs="+", metavar="FILE", help="files or folders of "
+                           "Pods, workloads or Lists (multi-document YAML or JSON)")  # fmt: skip
     admission.set_defaults(func=cmd_admit)
 
     crd = commands.add_parser("crd", help="print the WindowsRuntimeProfile CRD")

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from tests.conftest import profile_document
 from wcow_contract.errors import parse_profile
@@ -43,3 +46,9 @@ def pod(
     if annotations:
         metadata["annotations"] = dict(annotations)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": body}
+
+
+def write_documents(path: Path, *documents: Any) -> Path:
+    """A multi-document YAML file of ``documents``."""
+    path.write_text(yaml.safe_dump_all(documents), encoding="utf-8")
+    return path

@@ -5,39 +5,24 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
-from tests.admission.pods import FROM_LIMITS, container, pod
+from tests.admission.pods import FROM_LIMITS, container, pod, write_documents
 from tests.conftest import SAMPLES, profile_document
 from wcow_contract.hcs_annotations import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
 from wcow_operator.cli import main
-
-
-def _write(path: Path, *documents: Any) -> Path:
-    path.write_text(yaml.safe_dump_all(documents), encoding="utf-8")
-    return path
-
-
-@pytest.fixture
-def profiles_file(tmp_path: Path) -> Path:
-    return _write(
-        tmp_path / "profiles.yaml",
-        profile_document("sized", vm=FROM_LIMITS),
-        profile_document("fixed"),
-    )
 
 
 def test_admitted_pods_are_printed_sized_others_unchanged(
     tmp_path: Path, profiles_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     sized = pod("sized", containers=[container(limits={"cpu": "3", "memory": "4Gi"})])
-    fixed = pod("fixed", containers=[container(limits={"cpu": "3"})])
+    fixed = pod("fixed", containers=[container(limits={"cpu": "2"})])  # fits its VM
     plain = pod(None)
     config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
-    pods = _write(tmp_path / "pods.yaml", sized, fixed, config, plain)
+    pods = write_documents(tmp_path / "pods.yaml", sized, fixed, config, plain)
     assert main(["admit", "--profiles", str(profiles_file), str(pods)]) == 0
     out, err = capsys.readouterr()
     assert err == ""
@@ -54,7 +39,7 @@ def test_a_refused_pod_goes_to_stderr_with_exit_1(
     big = pod("sized", containers=[container(limits={"cpu": "12"})])
     big["metadata"]["name"] = "big"
     ok = pod("sized")
-    pods = _write(tmp_path / "pods.yaml", big, ok)
+    pods = write_documents(tmp_path / "pods.yaml", big, ok)
     assert main(["admit", "--profiles", str(profiles_file), str(pods)]) == 1
     out, err = capsys.readouterr()
     assert "pod 'big' refused (VMTooLarge)" in err
@@ -64,7 +49,7 @@ def test_a_refused_pod_goes_to_stderr_with_exit_1(
 
 
 def test_profiles_folder_and_usage_errors(tmp_path: Path) -> None:
-    pods = _write(tmp_path / "pods.yaml", pod("hyperv-ltsc2022"))
+    pods = write_documents(tmp_path / "pods.yaml", pod("hyperv-ltsc2022"))
     command = [sys.executable, "-m", "wcow_operator.cli", "admit", "--profiles", str(SAMPLES)]
     done = subprocess.run([*command, str(pods)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
@@ -73,10 +58,13 @@ def test_profiles_folder_and_usage_errors(tmp_path: Path) -> None:
     )
     assert missing.returncode == 2
     assert "no such file" in missing.stderr
-    empty = _write(tmp_path / "empty.yaml", {"kind": "ConfigMap"})
+    empty = write_documents(tmp_path / "empty.yaml", {"kind": "ConfigMap"})
     none = subprocess.run([*command, str(empty)], capture_output=True, text=True, check=False)
     assert none.returncode == 1
-    assert "no Pod found" in none.stderr
+    assert (
+        "no Pod or workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, "
+        "CronJob) found" in none.stderr
+    )
 
 
 def test_malformed_and_hostile_pods_are_refusals_not_tracebacks(
@@ -94,8 +82,8 @@ def test_malformed_and_hostile_pods_are_refusals_not_tracebacks(
                                                        "9\n" * 125_000}}},
     ]  # fmt: skip
     documents[1]["spec"]["affinity"] = {"nodeAffinity": [["x"]]}
-    pods = _write(tmp_path / "pods.yaml", *documents)
-    profiles_file = _write(
+    pods = write_documents(tmp_path / "pods.yaml", *documents)
+    profiles_file = write_documents(
         tmp_path / "profiles.yaml",
         profile_document("sized", vm=FROM_LIMITS),
         profile_document("proc", isolation="Process", windowsBuild="ltsc2019"),

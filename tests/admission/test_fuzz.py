@@ -24,17 +24,22 @@ from wcow_contract.quantity import QuantityError, parse_quantity
 from wcow_contract.v1alpha1 import WindowsRuntimeProfile
 from wcow_operator.reconcile.admission import (
     MAX_CONTAINERS,
+    VM_TOO_SMALL,
     Admitted,
     Refused,
     admit,
     admit_update,
     allowed_through,
     even_mb,
+    needed_memory_mb,
+    pod_needs,
 )
+from wcow_operator.reconcile.workloads import pods_in
 
 PROFILES = profiles(
     profile("sized", vm=FROM_LIMITS),
     profile("fixed"),
+    profile("lenient", vm={"oversizedPods": "Warn", "maxProcessorCount": 4}),
     profile(
         "bounded",
         vm={
@@ -255,6 +260,31 @@ def _vm_within_bounds(decision: Admitted, prof: WindowsRuntimeProfile) -> None:
                 assert parse_quantity(request).nanos == parse_quantity(limit).nanos
 
 
+def _vm_holds_the_pod(decision: Admitted, prof: WindowsRuntimeProfile) -> None:
+    """The VM the pod gets (its sizing annotations where they reach hcsshim, else the
+    profile's) holds its limits, or the profile warns (oversizedPods: Warn)."""
+    vm = prof.spec.effective_vm()
+    if vm is None:
+        return
+    annotations = (decision.pod.get("metadata") or {}).get("annotations") or {}
+    passes = prof.spec.pod_annotation_patterns()
+    cpu = _hcsshim_number(annotations.get(hcs.PROCESSOR_COUNT))
+    mem = _hcsshim_number(annotations.get(hcs.MEMORY_SIZE_MB))
+    if cpu is None or not allowed_through(hcs.PROCESSOR_COUNT, passes):
+        cpu = vm.floor_processors
+    mem = even_mb(mem) if mem and allowed_through(hcs.MEMORY_SIZE_MB, passes) else None
+    needs = pod_needs(decision.pod)
+    memory_fits = not needs.memory_nanos or needed_memory_mb(needs) <= (mem or vm.floor_memory_mb)
+    if needs.processors <= cpu and memory_fits:
+        assert decision.warnings == ()
+    else:
+        assert vm.oversized_pods == "Warn"
+        assert [w.reason for w in decision.warnings] == [VM_TOO_SMALL]
+    for warning in decision.warnings:
+        assert "\n" not in warning.message
+        assert len(warning.message) < 1300
+
+
 def _decide(body: Any, budget: float | None = None) -> Admitted | Refused:
     before = repr(body)
     gc.disable()
@@ -269,6 +299,7 @@ def _decide(body: Any, budget: float | None = None) -> Admitted | Refused:
     assert isinstance(decision, Admitted | Refused)
     if isinstance(decision, Admitted) and decision.profile is not None:
         _vm_within_bounds(decision, PROFILES[decision.profile])
+        _vm_holds_the_pod(decision, PROFILES[decision.profile])
     if isinstance(decision, Refused):
         assert "\n" not in decision.message
         assert len(decision.message) < 1200
@@ -324,3 +355,26 @@ def test_quantities_never_raise_anything_but_quantity_error() -> None:
             parse_quantity(value)
 
     check()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    document=st.one_of(
+        json_value,
+        st.builds(
+            lambda kind, spec, items: {"kind": kind, "spec": spec, "items": items},
+            st.sampled_from(["Deployment", "CronJob", "List", "JobList", "Pod", "x"]),
+            json_value,
+            st.lists(st.one_of(json_value, pods()), max_size=3),
+        ),
+    )
+)
+def test_any_document_gives_pods_or_named_problems_never_an_exception(document: Any) -> None:
+    """What `wcow admit` reads from a file: each pod it finds is decided as the webhook
+    would (never an exception), or its template's problem is named."""
+    before = repr(document)
+    for source in pods_in(document):
+        assert (source.pod is None) == (source.problem is not None)
+        if source.pod is not None:
+            _decide(source.pod)
+    assert repr(document) == before

@@ -88,7 +88,7 @@ MATRIX: dict[str, dict[str, Any]] = {
             "create": True,
             "hyperv": {
                 "builds": ["ltsc2019", "ltsc2022", "ltsc2025", "10.0.26100"],
-                "vm": {"processorCount": 4, "memoryMB": 4096},
+                "vm": {"processorCount": 4, "memoryMB": 4096, "oversizedPods": "Warn"},
                 "overheadPolicy": "WholeVM",
             },
         },
@@ -523,7 +523,7 @@ def test_default_profiles_are_valid_and_survive_uninstall() -> None:
         tolerations = profile["spec"]["scheduling"]["tolerations"]
         assert _tolerates(tolerations, {"key": "os", "value": "windows", "effect": "NoSchedule"})
     hyperv = next(p for p in profiles if p["metadata"]["name"] == "hyperv-ltsc2022")
-    assert hyperv["spec"]["vm"] == {"processorCount": 4, "memoryMB": 4096}
+    assert hyperv["spec"]["vm"] == {"processorCount": 4, "memoryMB": 4096, "oversizedPods": "Warn"}
     assert hyperv["spec"]["overhead"] == {"policy": "WholeVM"}
 
 

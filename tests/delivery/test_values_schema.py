@@ -55,6 +55,7 @@ def test_misspelt_keys_are_rejected(chart: Any, values: dict[str, Any], where: s
         ({"agent": {"extraArgs": ["run; rm -rf"]}}, "extraArgs"),
         ({"profiles": {"hyperv": {"builds": ["ltsc2023"]}}}, "builds"),
         ({"profiles": {"hyperv": {"vm": {"memoryMB": 2047}}}}, "memoryMB"),
+        ({"profiles": {"hyperv": {"vm": {"oversizedPods": "warn"}}}}, "oversizedPods"),
         ({"metrics": {"serviceMonitor": {"interval": "30 seconds"}}}, "interval"),
         ({"webhook": {"port": 443}}, "port"),  # the operator runs as non-root
         ({"webhook": {"certManager": {"issuerRef": {"namespace": "x"}}}}, "namespace"),

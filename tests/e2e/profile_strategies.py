@@ -237,6 +237,7 @@ vm = objects(
         "sizing": names_of("Fixed", "FromPodLimits"),
         "maxProcessorCount": integers(1, 240),
         "maxMemoryMB": integers(256, 1048576),
+        "oversizedPods": names_of("Refuse", "Warn"),
     },
 )
 

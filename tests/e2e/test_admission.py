@@ -21,6 +21,7 @@ from tests.e2e.operator_harness import (
     free_port,
     http_status,
     installed_crd,
+    metric,
     namespace,
     profile,
     profiles_cleaned_up,
@@ -40,6 +41,14 @@ def _create(core: client.CoreV1Api, ns: str, body: dict[str, Any], *, dry_run: b
     )
 
 
+def _create_warned(
+    core: client.CoreV1Api, ns: str, body: dict[str, Any]
+) -> tuple[dict[str, Any], str]:
+    """The pod as created, and the Warning headers the client got with it."""
+    created, _, headers = core.create_namespaced_pod_with_http_info(ns, body)
+    return core.api_client.sanitize_for_serialization(created), str(headers.get("Warning", ""))
+
+
 def _refusal(core: client.CoreV1Api, ns: str, body: dict[str, Any]) -> str:
     with pytest.raises(ApiException) as caught:
         core.create_namespaced_pod(ns, body, dry_run="All")
@@ -56,12 +65,14 @@ def _delete_configurations(kube: client.ApiClient) -> None:
 
 @pytest.fixture
 def cluster(kube: client.ApiClient, prefix: str) -> Iterator[dict[str, Any]]:
-    """CRD, two profiles (FromPodLimits and Fixed), a non-wcow RuntimeClass, the operator's
-    and the pods' namespaces, the operator serving its webhook on loopback."""
+    """CRD, three profiles (FromPodLimits; Fixed; Fixed with oversizedPods Warn), a non-wcow
+    RuntimeClass, the operator's and the pods' namespaces, the operator serving its webhook
+    on loopback."""
     custom = client.CustomObjectsApi(kube)
     node = client.NodeV1Api(kube)
     core = client.CoreV1Api(kube)
     sized, fixed, other = f"{prefix}-sized", f"{prefix}-fixed", f"{prefix}-other"
+    lenient = f"{prefix}-lenient"
     port = free_port()
     with contextlib.ExitStack() as stack:
         stack.enter_context(installed_crd(kube))
@@ -76,22 +87,23 @@ def cluster(kube: client.ApiClient, prefix: str) -> Iterator[dict[str, Any]]:
                 f"https://127.0.0.1:{port}",
             )
         )  # fmt: skip
-        stack.enter_context(profiles_cleaned_up(kube, [sized, fixed]))
+        stack.enter_context(profiles_cleaned_up(kube, [sized, fixed, lenient]))
         vm = {"sizing": "FromPodLimits", "maxProcessorCount": 8, "maxMemoryMB": 8192}
-        for name, spec in ((sized, {"vm": vm}), (fixed, {})):
+        warn = {"vm": {"oversizedPods": "Warn"}}
+        for name, spec in ((sized, {"vm": vm}), (fixed, {}), (lenient, warn)):
             body = profile(name, isolation="HyperV", windowsBuild="ltsc2022", **spec)
             custom.create_cluster_custom_object("runtime.wcow.dev", "v1alpha1",
                                                 "windowsruntimeprofiles", body)  # fmt: skip
-        for name in (sized, fixed):
+        for name in (sized, fixed, lenient):
             wait_for(f"RuntimeClass {name}", lambda name=name: node.read_runtime_class(name))
         registration = client.AdmissionregistrationV1Api(kube)
 
         def registered() -> bool:
-            hooks = registration.read_mutating_webhook_configuration(WEBHOOK_CONFIGURATION)
+            hooks = registration.read_validating_webhook_configuration(WEBHOOK_CONFIGURATION)
             expression = hooks.webhooks[0].match_conditions[0].expression
-            return f'"{sized}"' in expression and f'"{fixed}"' in expression
+            return all(f'"{name}"' in expression for name in (sized, fixed, lenient))
 
-        wait_for("the webhook registered for both classes", registered)
+        wait_for("the webhook registered for the three classes", registered)
         wait_for(
             "the default ServiceAccount",
             lambda: core.read_namespaced_service_account("default", pods_ns),
@@ -101,6 +113,7 @@ def cluster(kube: client.ApiClient, prefix: str) -> Iterator[dict[str, Any]]:
             "ns": pods_ns,
             "sized": sized,
             "fixed": fixed,
+            "lenient": lenient,
             "other": other,
             "operator": running,
         }
@@ -121,7 +134,8 @@ def test_admission_on_the_real_api_server(cluster: dict[str, Any]) -> None:
     stored = core.read_namespaced_pod("sized", ns).metadata.annotations
     assert stored[ANNOTATION_PROCESSOR_COUNT] == "3"
 
-    fixed = _create(core, ns, windows_pod("fixed", cluster["fixed"], **limits), dry_run=True)
+    fits = {"limits": {"cpu": "2", "memory": "512Mi"}}  # the default VM: 2 processors, 1024 MB
+    fixed = _create(core, ns, windows_pod("fixed", cluster["fixed"], **fits), dry_run=True)
     assert ANNOTATION_PROCESSOR_COUNT not in (fixed["metadata"].get("annotations") or {})
 
     too_big = _refusal(core, ns, windows_pod("big", cluster["sized"], limits={"cpu": "12"}))
@@ -193,3 +207,36 @@ def test_a_late_annotation_is_refused_at_update_on_the_real_api_server(
     ungated = core.patch_namespaced_pod("gated", ns, {"spec": {"schedulingGates": None}})
     assert not ungated.spec.scheduling_gates
     assert ungated.metadata.annotations[ANNOTATION_PROCESSOR_COUNT] == "2"
+
+
+def test_a_fixed_vm_too_small_is_refused_or_admitted_with_a_warning_the_client_sees(
+    cluster: dict[str, Any],
+) -> None:
+    """Issue 19 item 5: limits of 3 cores and 3 GiB need a VM of 3 processors and 3584 MB;
+    the Fixed profiles give 2 and 1024. Refused (VMTooSmall, the need and the size named);
+    under spec.vm.oversizedPods: Warn created as written, and kubectl's client gets the
+    warning (a Warning header, as kubectl prints it)."""
+    core, ns = cluster["core"], cluster["ns"]
+    limits = {"limits": {"cpu": "3", "memory": "3Gi"}}
+    refusal = _refusal(core, ns, windows_pod("small", cluster["fixed"], **limits))
+    assert "VMTooSmall" in refusal, refusal[:2000]
+    assert "total 3 cores, a VM of 3 processors, but its VM has 2" in refusal
+    assert "total 3072 MiB, a VM of 3584 MB" in refusal
+    assert "its VM has 1024 MB" in refusal
+
+    before = metric(
+        cluster["operator"]["metrics"], 'wcow_admission_warned_total{reason="VMTooSmall"}'
+    )
+    created, warning = _create_warned(core, ns, windows_pod("warned", cluster["lenient"], **limits))
+    assert "VMTooSmall: the pod's CPU limits (app 3; requests where no limit)" in warning
+    assert "its VM has 1024 MB" in warning
+    assert "spec.vm.oversizedPods is Warn" in warning
+    assert warning.count("VMTooSmall") == 1  # the validating webhook alone returns it
+    assert created["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "3", "memory": "3Gi"}
+    assert created["metadata"].get("annotations") in (None, {})  # a Fixed VM: not changed
+    stored = core.read_namespaced_pod("warned", ns)
+    assert stored.spec.containers[0].resources.requests == {"cpu": "3", "memory": "3Gi"}
+    after = metric(
+        cluster["operator"]["metrics"], 'wcow_admission_warned_total{reason="VMTooSmall"}'
+    )
+    assert after == before + 1

@@ -130,7 +130,8 @@ def test_an_unreadable_image_is_a_warning_or_with_refuse_a_refusal() -> None:
     assert isinstance(decision, Admitted)
     assert unchecked == ("Unreachable", "Unreachable")
     assert len(decision.warnings) == 2
-    assert "was not checked (registry 'x' cannot be reached" in decision.warnings[0]
+    assert "was not checked (registry 'x' cannot be reached" in decision.warnings[0].message
+    assert decision.warnings[0].reason == "ImageUnchecked"
     assert decision.pod["spec"]["containers"][0]["image"] == f"{REPO}:multi"
 
     refused, _ = decide("ltsc2019", "HyperV", {f"{REPO}:multi": failure}, refuse=True)
@@ -147,7 +148,7 @@ def test_entries_without_platform_are_not_guessed() -> None:
     decision, unchecked = decide("ltsc2019", "HyperV", {f"{REPO}:multi": blind})
     assert isinstance(decision, Admitted)
     assert unchecked == ("Malformed", "Malformed")
-    assert "without a platform" in decision.warnings[0]
+    assert "without a platform" in decision.warnings[0].message
 
 
 def test_a_sizing_refusal_stands_and_other_classes_pass() -> None:

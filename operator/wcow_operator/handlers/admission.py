@@ -32,7 +32,16 @@ from wcow_contract.text import shown
 from wcow_contract.v1alpha1 import WindowsRuntimeProfile
 from wcow_operator.controller.api import ApiError
 from wcow_operator.handlers.certificates import Authority, ServingCertificate
-from wcow_operator.reconcile.admission import REASONS, Admitted, Decision, admit, admit_update
+from wcow_operator.reconcile.admission import (
+    REASONS,
+    VM_TOO_SMALL,
+    AdmissionWarning,
+    Admitted,
+    Decision,
+    admit,
+    admit_update,
+)
+from wcow_operator.reconcile.images import IMAGE_UNCHECKED
 from wcow_operator.reconcile.images import REASONS as IMAGE_REASONS
 from wcow_operator.registry.resolver import ImageAdmission
 from wcow_operator.render.webhooks import (
@@ -87,6 +96,14 @@ class AdmissionMetrics:
             ["cause"],
             registry=registry,
         )
+        self.warned = Counter(
+            "wcow_admission_warned_total",
+            "Pods admitted with an admission warning, by reason (VMTooSmall under "
+            "spec.vm.oversizedPods: Warn; ImageUnchecked: an image not read, --resolve-images)",
+            ["reason"],
+            registry=registry,
+        )
+        self.warned.labels(reason=VM_TOO_SMALL)
 
 
 class Decider:
@@ -192,6 +209,48 @@ class _Judge:
     metrics: AdmissionMetrics
     synced: Callable[[], bool]
     decisions: Decider
+    images: ImageAdmission | None = None
+
+    async def mutate(self, body: kopf.Body, patch: kopf.Patch, warnings: list[str]) -> None:
+        known = self.known_profiles()
+        class_name = (body.get("spec") or {}).get("runtimeClassName")
+        if isinstance(class_name, str) and class_name not in known:
+            warnings.append(
+                f"WindowsRuntimeProfile {shown(class_name)} is not valid and this operator "
+                "replica has no earlier valid spec of it: the pod is admitted unchecked "
+                "(kubectl describe wrp shows why the profile is invalid)"
+            )
+        decide = self.images.admit if self.images else admit
+        decision = await self.decided(decide, dict(body), known)
+        # Only the images' warnings here: the validating webhook does not read images at
+        # CREATE, and returns the sizing warnings itself (where the pod is final), so the
+        # client sees each warning once.
+        self._tell(warnings, [w for w in decision.warnings if w.reason == IMAGE_UNCHECKED])
+        if decision.profile is not None:
+            self.metrics.admitted.inc()
+        if decision.mutated:
+            self.metrics.mutated.inc()
+            patch.fns.append(_replace_with(decision.pod))
+
+    async def validate(self, body: kopf.Body, old: kopf.Body | None, warnings: list[str]) -> None:
+        """CREATE (``old`` None): the final pod, after every mutating webhook: refused if it
+        would be refused now (e.g. another webhook raised its limits past the bounds after
+        ours sized it). UPDATE: what hcsshim reads is fixed at creation
+        (reconcile.admission.admit_update). The decision's warnings are returned here, where
+        the pod is final, so the client sees each once."""
+        known = self.known_profiles()
+        if old is not None:
+            judged = self.images.admit_update if self.images else admit_update
+            decision = await self.decided(judged, dict(old), dict(body), known)
+        else:
+            decision = await self.decided(admit, dict(body), known)
+        self._tell(warnings, decision.warnings)
+
+    def _tell(self, warnings: list[str], found: Iterable[AdmissionWarning]) -> None:
+        """Count each warning and hand it to kopf, which returns it to the client."""
+        for warning in found:
+            self.metrics.warned.labels(reason=warning.reason).inc()
+            warnings.append(str(warning))
 
     def known_profiles(self) -> dict[str, WindowsRuntimeProfile]:
         if not self.synced():
@@ -237,44 +296,26 @@ def register(
     UPDATE changes; at CREATE it checks the sizing of the pod as pinned without reading again.
     Lookups can block up to their deadline, so the decisions then get more threads."""
     decider = decider or Decider(workers=IMAGE_WORKERS if images else 2)
-    judge = _Judge(profiles, metrics, synced, decider)
+    judge = _Judge(profiles, metrics, synced, decider, images)
 
     @kopf.on.mutate("", "v1", "pods", id=MUTATE_ID, operations=["CREATE"], registry=registry)
     async def mutate(
         body: kopf.Body, patch: kopf.Patch, warnings: list[str] | None = None, **_: Any
     ) -> None:
-        known = judge.known_profiles()
-        class_name = (body.get("spec") or {}).get("runtimeClassName")
-        if isinstance(class_name, str) and class_name not in known and warnings is not None:
-            warnings.append(
-                f"WindowsRuntimeProfile {shown(class_name)} is not valid and this operator "
-                "replica has no earlier valid spec of it: the pod is admitted unchecked "
-                "(kubectl describe wrp shows why the profile is invalid)"
-            )
-        decision = await judge.decided(images.admit if images else admit, dict(body), known)
-        if warnings is not None:
-            warnings.extend(decision.warnings)
-        if decision.profile is not None:
-            metrics.admitted.inc()
-        if decision.mutated:
-            metrics.mutated.inc()
-            patch.fns.append(_replace_with(decision.pod))
+        await judge.mutate(body, patch, warnings if warnings is not None else [])
 
     @kopf.on.validate(
         "", "v1", "pods", id=VALIDATE_ID, operations=["CREATE", "UPDATE"], registry=registry
     )
     async def validate(
-        body: kopf.Body, old: kopf.Body | None = None, operation: str | None = None, **_: Any
+        body: kopf.Body,
+        old: kopf.Body | None = None,
+        operation: str | None = None,
+        warnings: list[str] | None = None,
+        **_: Any,
     ) -> None:
-        # CREATE: the final pod, after every mutating webhook: refused if it would be refused
-        # now (e.g. another webhook raised its limits past the bounds after ours sized it).
-        # UPDATE: what hcsshim reads is fixed at creation (reconcile.admission.admit_update).
-        known = judge.known_profiles()
-        if operation == "UPDATE" and old is not None:
-            judged = images.admit_update if images else admit_update
-            await judge.decided(judged, dict(old), dict(body), known)
-        else:
-            await judge.decided(admit, dict(body), known)
+        previous = old if operation == "UPDATE" else None
+        await judge.validate(body, previous, warnings if warnings is not None else [])
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,18 @@ The arithmetic (issue 11), for a profile with ``spec.vm.sizing: FromPodLimits``:
 - never below the profile's processorCount / memoryMB, never above maxProcessorCount /
   maxMemoryMB: a pod that needs more is refused.
 
+The same need judges a VM whose size the pod does not choose through its limits: a ``Fixed``
+profile's (processorCount / memoryMB), or the size the pod's own sizing annotations ask for.
+A VM smaller than the need is ``VMTooSmall``: refused, or admitted with an admission warning
+where the profile's ``spec.vm.oversizedPods`` is ``Warn``.
+
+Memory requests are raised to limits only where the webhook sizes the VM from the limits
+(``FromPodLimits``) and the VM is physically backed: the scheduler charges a pod its requests
+plus the RuntimeClass overhead (component-helpers ``PodRequests``), and a physically backed
+VM commits its whole size at start. A Fixed VM's size does not follow the pod, so it is
+charged through the overhead alone (``WholeVM``, the default for a physically backed
+profile): raising requests there would charge the containers' memory twice.
+
 Annotations hcsshim reads (``api.hcs_annotations``) are checked on every wcow pod whose
 handler lets them through: bounded ones against the profile, opt-in ones refused unless the
 profile lists the exact key in ``spec.annotations.pod``.
@@ -61,6 +73,7 @@ MAX_SELECTOR_ITEMS: Final = 1024  # node affinity terms, expressions and values 
 
 # Why a pod was refused; also the metric label.
 VM_TOO_LARGE: Final = "VMTooLarge"
+VM_TOO_SMALL: Final = "VMTooSmall"
 ANNOTATION_OUT_OF_BOUNDS: Final = "AnnotationOutOfBounds"
 ANNOTATION_INVALID: Final = "AnnotationInvalid"
 ANNOTATION_NOT_ALLOWED: Final = "AnnotationNotAllowed"
@@ -72,6 +85,7 @@ MALFORMED_POD: Final = "MalformedPod"
 POD_TOO_LARGE: Final = "PodTooLarge"
 REASONS: Final = (
     VM_TOO_LARGE,
+    VM_TOO_SMALL,
     ANNOTATION_OUT_OF_BOUNDS,
     ANNOTATION_INVALID,
     ANNOTATION_NOT_ALLOWED,
@@ -87,13 +101,24 @@ BASELINE_MEMORY_MB: Final = -(-parse_quantity(BASELINE_OVERHEAD["memory"]).ceil(
 
 
 @dataclass(frozen=True)
+class AdmissionWarning:
+    """A warning the API server passes to the client (kubectl prints it) with the pod."""
+
+    reason: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.message}"
+
+
+@dataclass(frozen=True)
 class Admitted:
     """The pod as admitted; ``changes`` says what was changed (empty: unchanged)."""
 
     pod: dict[str, Any]
     changes: tuple[str, ...] = ()
     profile: str | None = None
-    warnings: tuple[str, ...] = ()  # admission warnings for the user (kubectl prints them)
+    warnings: tuple[AdmissionWarning, ...] = ()
 
     @property
     def mutated(self) -> bool:
@@ -285,11 +310,16 @@ def even_mb(value: int) -> int:
     return value + value % 2
 
 
+def needed_memory_mb(needs: PodNeeds) -> int:
+    """The memory (MB) of the smallest VM that holds the pod's memory and its own."""
+    return even_mb(needs.memory_mib + BASELINE_MEMORY_MB)
+
+
 def vm_size(needs: PodNeeds, vm: VMSpec) -> VMSize:
     """The VM a pod needs, never below the profile's size (bounds are checked by the caller,
     so a message can name both the need and the bound)."""
     processors = max(vm.floor_processors, needs.processors)
-    memory = max(vm.floor_memory_mb, even_mb(needs.memory_mib + BASELINE_MEMORY_MB))
+    memory = max(vm.floor_memory_mb, needed_memory_mb(needs))
     return VMSize(processors=processors, memory_mb=memory, needs=needs)
 
 
@@ -661,6 +691,89 @@ def _too_large(size: VMSize, vm: VMSpec, own: Mapping[str, int], profile_name: s
         )
 
 
+@dataclass(frozen=True)
+class _Given:
+    """One resource of the VM a pod gets, and what sets it (for messages)."""
+
+    value: int
+    source: str
+
+
+def _given(vm: VMSpec, own: Mapping[str, int], key: str) -> _Given | None:
+    """What the pod's VM has of the resource ``key`` sizes; None where the webhook sizes it
+    from the limits (then it is never smaller than they need)."""
+    memory = key == ANNOTATION_MEMORY_MB
+    if key in own:
+        value = own[key]
+        return _Given(even_mb(value) if memory else value, f"the pod's annotation {key}={value}")
+    if vm.sizing == "FromPodLimits":
+        return None
+    field, set_ = ("memoryMB", vm.memory_mb) if memory else ("processorCount", vm.processor_count)
+    unset = "" if set_ is not None else ", unset: hcsshim's default"
+    return _Given(vm.floor_memory_mb if memory else vm.floor_processors,
+                  f"spec.vm.{field} of the Fixed profile{unset}")  # fmt: skip
+
+
+def _contributions(pod: Mapping[str, Any], needs: PodNeeds, resource: ResourceName) -> str:
+    """Which containers the need comes from, for messages: ``app 2Gi, log 512Mi``."""
+    if needs.source == "pod-level resources":
+        return "spec.resources"
+    spec = _spec(pod)
+    found = []
+    for field in ("initContainers", "containers"):
+        for i, c in enumerate(_objects(spec, field, "spec")):
+            for kind in ("limits", "requests"):
+                value = _resources(c, kind, "").get(resource)
+                if value is not None:
+                    found.append(f"{_name(c, i)} {value}")  # a quantity: parsed already
+                    break
+    more = f" and {len(found) - 4} more" if len(found) > 4 else ""
+    listed = ", ".join(found[:4]) + more
+    return listed if len(listed) <= 200 else f"{listed[:197]}..."  # long names, long quantities
+
+
+def _check_fits(
+    pod: Mapping[str, Any], needs: PodNeeds, vm: VMSpec, own: Mapping[str, int], name: str
+) -> tuple[AdmissionWarning, ...]:
+    """VMTooSmall where the VM the pod gets cannot hold its limits: refused, or a warning
+    where the profile's spec.vm.oversizedPods is Warn."""
+    problems: list[str] = []
+    advice: list[str] = []
+    cpu = _given(vm, own, ANNOTATION_PROCESSOR_COUNT)
+    if cpu is not None and needs.processors > cpu.value:
+        problems.append(
+            f"the pod's CPU limits ({_contributions(pod, needs, 'cpu')}; requests where no "
+            f"limit) total {needs.cpu_nanos / NANO:g} cores, a VM of {needs.processors} "
+            f"processors, but its VM has {cpu.value} ({cpu.source})"
+        )
+        advice.append(f"the CPU limits to at most {cpu.value}")
+    memory = _given(vm, own, ANNOTATION_MEMORY_MB)
+    if memory is not None and needs.memory_nanos and needed_memory_mb(needs) > memory.value:
+        problems.append(
+            f"the pod's memory limits ({_contributions(pod, needs, 'memory')}; requests where "
+            f"no limit) total {needs.memory_mib} MiB, a VM of {needed_memory_mb(needs)} MB with "
+            f"the VM's own {BASELINE_MEMORY_MB} MB, but its VM has {memory.value} MB "
+            f"({memory.source})"
+        )
+        advice.append(
+            f"the memory limits to at most {max(memory.value - BASELINE_MEMORY_MB, 0)} MiB"
+        )
+    if not problems:
+        return ()
+    found = f"{' and '.join(problems)} (WindowsRuntimeProfile {name!r})"
+    if vm.oversized_pods == "Warn":
+        warning = (
+            f"{found}: admitted because the profile's spec.vm.oversizedPods is Warn; the "
+            "containers get only what the VM has, whatever their limits say"
+        )
+        return (AdmissionWarning(VM_TOO_SMALL, warning),)
+    raise _Refusal(
+        VM_TOO_SMALL,
+        f"{found}: lower {' and '.join(advice)}, or use a RuntimeClass with a larger VM "
+        "(spec.vm.oversizedPods: Warn on the profile admits such pods with a warning)",
+    )
+
+
 def _set_memory_requests(pod: dict[str, Any], needs: PodNeeds) -> list[str]:
     """Physically backed VMs commit their memory at start: charge the node for it by making
     memory requests equal to limits (raising a request is always valid; QoS is computed
@@ -704,10 +817,11 @@ def _admit_hyperv(pod: dict[str, Any], profile: WindowsRuntimeProfile) -> Admitt
             "drop runtimeClassName or use a process-isolated RuntimeClass",
         )
     facts = _check_annotations(pod, profile, vm)
-    if vm.sizing != "FromPodLimits":
-        _pod_needs(pod)  # every quantity still has to be one
-        return Admitted(pod=pod, profile=profile.name)
-    size = vm_size(_pod_needs(pod), vm)
+    needs = _pod_needs(pod)
+    warnings = _check_fits(pod, needs, vm, facts.sizes, profile.name)
+    if vm.sizing != "FromPodLimits":  # charged through the overhead (module docstring)
+        return Admitted(pod=pod, profile=profile.name, warnings=warnings)
+    size = vm_size(needs, vm)
     _too_large(size, vm, facts.sizes, profile.name)
     changes: list[str] = []
     metadata = pod.get("metadata")
@@ -724,7 +838,7 @@ def _admit_hyperv(pod: dict[str, Any], profile: WindowsRuntimeProfile) -> Admitt
             changes.append(f"metadata.annotations[{key}]={value}")
     if vm.fully_physically_backed or facts.physically_backed:
         changes += _set_memory_requests(pod, size.needs)
-    return Admitted(pod=pod, changes=tuple(changes), profile=profile.name)
+    return Admitted(pod=pod, changes=tuple(changes), profile=profile.name, warnings=warnings)
 
 
 # -- the decisions -------------------------------------------------------------------------------
@@ -801,8 +915,10 @@ def admit_update(
         _check_unchanged(old, new, profile)
     except _Refusal as refusal:
         return Refused(reason=refusal.reason, message=refusal.message, profile=profile.name)
+    warnings: tuple[AdmissionWarning, ...] = ()
     if _placement(old) != _placement(new):
         decision = admit(new, profiles)
         if isinstance(decision, Refused):
             return decision
-    return Admitted(pod=dict(new), profile=profile.name)
+        warnings = decision.warnings
+    return Admitted(pod=dict(new), profile=profile.name, warnings=warnings)

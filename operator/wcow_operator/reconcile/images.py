@@ -34,12 +34,14 @@ from typing import Any, Final
 from wcow_contract.text import shown
 from wcow_contract.v1alpha1 import WindowsRuntimeProfile
 from wcow_contract.windows_builds import WindowsBuild, process_can_run
-from wcow_operator.reconcile.admission import Admitted, Decision, Refused
+from wcow_operator.reconcile.admission import AdmissionWarning, Admitted, Decision, Refused
 
 ORIGINAL_IMAGES: Final = "runtime.wcow.dev/original-images"
 IMAGE_BUILD_MISMATCH: Final = "ImageBuildMismatch"
 IMAGE_UNRESOLVED: Final = "ImageUnresolved"
 REASONS: Final = (IMAGE_BUILD_MISMATCH, IMAGE_UNRESOLVED)
+# The admission warning of an image admitted without its build checked.
+IMAGE_UNCHECKED: Final = "ImageUnchecked"
 PLATFORM: Final = ("windows", "amd64")  # the only sandbox platform a profile can have
 MAX_REFERENCE: Final = 512  # longer references are not looked up (bounded keys and messages)
 _OS_VERSION = re.compile(r"10\.0\.([0-9]{4,6})(\.[0-9]{1,10})?")
@@ -135,7 +137,7 @@ class ImageDecision:
     images that could not be read, and their causes (for the metric)."""
 
     pins: dict[str, str]
-    warnings: tuple[str, ...]
+    warnings: tuple[AdmissionWarning, ...]
     unchecked: tuple[str, ...]
 
 
@@ -180,7 +182,7 @@ def _chosen(facts: ImageFacts, guest: WindowsBuild | None) -> Entry | None:
     return best[1] if best else None
 
 
-def _unresolved(image: ContainerImage, failure: LookupFailure, refuse: bool) -> str:
+def _unresolved(image: ContainerImage, failure: LookupFailure, refuse: bool) -> AdmissionWarning:
     if refuse:
         raise ImageRefusal(
             IMAGE_UNRESOLVED,
@@ -188,9 +190,10 @@ def _unresolved(image: ContainerImage, failure: LookupFailure, refuse: bool) -> 
             f"{failure.message}; the profile (spec.images.unreachableRegistry: Refuse) or the "
             "operator (--unreachable-registry Refuse) refuses pods whose images cannot be read",
         )
-    return (
+    return AdmissionWarning(
+        IMAGE_UNCHECKED,
         f"{image.where}: image {shown(image.reference)} was not checked ({failure.message}); "
-        "the pod is admitted without its Windows build checked"
+        "the pod is admitted without its Windows build checked",
     )
 
 
@@ -226,7 +229,7 @@ def decide(
     hyperv = profile.spec.isolation == "HyperV"
     guest = profile.spec.guest_build
     pins: dict[str, str] = {}
-    warnings: list[str] = []
+    warnings: list[AdmissionWarning] = []
     unchecked: list[str] = []
     for image in container_images(pod):
         found = facts.get(image.reference)
