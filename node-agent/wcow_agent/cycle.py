@@ -25,6 +25,7 @@ from wcow_agent.agent import (
     HandlerOutcome,
     HostFacts,
     drifted,
+    guest_builds_of,
     merge_on_host,
     restart_reason,
 )
@@ -35,6 +36,7 @@ from wcow_agent.eligibility import classify_handlers
 from wcow_agent.files import read_config, sweep_temp_files
 from wcow_agent.gate import Pace
 from wcow_agent.host.interfaces import ContainerdError, Host, HostError
+from wcow_agent.images import PauseImages
 from wcow_agent.merge import ConfigError, MergeResult
 from wcow_agent.proving import Prover
 from wcow_agent.state import Paths, StateJournal, text_hash
@@ -84,6 +86,7 @@ class NodeAgent:
         self.restart = Restarter(host, self.timeouts, clock, sleep)
         self.transaction = Transaction(host, paths, self.restart)
         self.prover = Prover(host, self.canary, cancel)
+        self.pause = PauseImages(host, paths)
         self._build: WindowsBuild | None = None
         self._hyperv: bool | None = None
         self._containerd_version: str | None = None
@@ -159,12 +162,33 @@ class NodeAgent:
             touched = sorted({*result.added, *result.updated} & set(eligible))
             change = Change(result, cycle.original, cycle.created, touched)
             failed = self.transaction.run(report, journal, change, cycle.facts)
+        self._survey_pause_image(report, cycle.facts)
         self.prover.prove(
             report, journal, result.owned, eligible, failed_apply=failed, force=force_canary
         )
         if verdict.allowed:
             note_adoptions(report, result, self.paths)
             gate.settle(report, journal, plan.hash)
+
+    def _survey_pause_image(self, report: CycleReport, facts: HostFacts) -> None:
+        """Which pause image containerd runs sandboxes from and which guest builds it boots
+        (asked again after containerd restarted); unknown when CRI cannot say."""
+        if report.restarts:
+            self.pause.forget()
+        try:
+            pause = self.pause.current()
+        except (HostError, OSError, ValueError) as error:
+            report.event("PauseImageUnknown", f"cannot read the node's pause image: {error}")
+            return
+        report.pause_image = pause.image
+        report.guest_builds = guest_builds_of(pause.build, facts)
+        if pause.build is None:
+            report.event(
+                "PauseImageBuildUnknown",
+                f"the pause image {pause.image} names no Windows build (os.version) in its "
+                "config: no guest build is known to boot from it",
+                warning=True,
+            )
 
     def _begin(self, report: CycleReport, plan: Plan | None) -> Cycle | None:
         """Host facts, state, the file on disk, and what a killed predecessor left."""

@@ -10,7 +10,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from wcow_agent.agent import CycleReport, HandlerOutcome, canary_enabled, needs_canary
+from wcow_agent.agent import (
+    CycleReport,
+    HandlerOutcome,
+    canary_enabled,
+    guest_build_refusal,
+    needs_canary,
+)
 from wcow_agent.attempt import Failures
 from wcow_agent.canary import Canary, CanarySpec
 from wcow_agent.host.interfaces import Host, HostError
@@ -57,6 +63,8 @@ class Prover:
             outcome = self._without_canary(
                 handler, entry, table, failed_apply=failed_apply, state=journal.state, forced=forced
             )
+            if outcome is None or outcome.state == "Ready":
+                outcome = self._guest_unsupported(report, entry, table) or outcome
             if outcome is None and table is not None:
                 if cri_ready is None:
                     cri_ready = self._cri_ready(report, outcomes, pending, eligible)
@@ -99,6 +107,17 @@ class Prover:
                 "Pending", "AgentStopping", "the agent stopped before the canary", generation
             )
         return None
+
+    @staticmethod
+    def _guest_unsupported(
+        report: CycleReport, entry: PlanEntry, table: str | None
+    ) -> HandlerOutcome | None:
+        """A Hyper-V handler whose guest build this node's pause image cannot boot is not
+        ready here, canary or not: its pods' images would not run (no canary is spent)."""
+        refusal = guest_build_refusal(entry, report.pause_image, report.guest_builds)
+        if refusal is None or table is None:
+            return None
+        return HandlerOutcome("Failed", *refusal, generation=entry.generation)
 
     def _cri_ready(
         self,

@@ -21,6 +21,7 @@ from wcow_agent.agent import (
     CycleReport,
     HandlerOutcome,
     build_status,
+    guest_label_changes,
     label_changes,
     ready_handlers,
 )
@@ -193,6 +194,8 @@ class AgentLoop:
             return "the Node could not be read; labels and status not updated"
         ready = ready_handlers(report)
         labels = label_changes(node.labels, ready) if ready is not None else {}
+        reported = previous.guest_builds if previous is not None else None
+        labels.update(guest_label_changes(node.labels, report.guest_builds, reported))
         annotations: dict[str, str | None] = {}
         if status is not None:
             text = dump_agent_status(status)

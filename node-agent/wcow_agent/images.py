@@ -1,0 +1,118 @@
+"""The node's pause image: which one containerd runs sandboxes from, and of which build.
+
+hcsshim boots a WCOW Hyper-V utility VM from the ``UtilityVM`` folder of the pod sandbox
+(pause) container's base layer, so the node's one pause image decides the guest build of
+every Hyper-V pod on it (docs/images.md, section 3). containerd names it in one key per
+config schema (docs/agent.md, "Pause images"):
+
+- version 2 (containerd 1.x): ``[plugins."io.containerd.grpc.v1.cri"] sandbox_image``
+  (1.7 ``pkg/cri/config/config.go`` ``PluginConfig.SandboxImage``);
+- versions 3 and 4 (2.x): ``[plugins."io.containerd.cri.v1.images".pinned_images] sandbox``
+  (2.x ``internal/cri/config/config.go`` ``ImageConfig.PinnedImages``, read by
+  ``internal/cri/server/podsandbox/sandbox_run.go`` as ``PinnedImage("sandbox")``); a
+  version-2 file on 2.x has its ``sandbox_image`` migrated there
+  (``plugins/cri/images/plugin.go``).
+
+``PauseImages`` reads the key from the file containerd runs (from ``containerd config dump``
+when the file leaves it to containerd's default), asks CRI for the image's ``os.version``
+(pulling it first, as containerd's own ``ensureImageExists`` would before the first
+sandbox) and remembers the answer per reference.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from wcow_agent.host.interfaces import Host, HostError
+from wcow_agent.state import Paths
+
+SANDBOX_IMAGE_KEYS: Final[Mapping[int, tuple[str, ...]]] = {
+    2: ("plugins", "io.containerd.grpc.v1.cri", "sandbox_image"),
+    3: ("plugins", "io.containerd.cri.v1.images", "pinned_images", "sandbox"),
+    4: ("plugins", "io.containerd.cri.v1.images", "pinned_images", "sandbox"),
+}
+PULL_TIMEOUT = 600.0
+"""A pause image is one base layer (nanoserver: about 120 MB compressed)."""
+STATUS_TIMEOUT = 30.0
+_OS_VERSION = re.compile(r"^10\.0\.([0-9]{5})(\.[0-9]{1,10})?$")
+
+
+def configured_pause_image(document: Mapping[str, Any]) -> str | None:
+    """The pause image a parsed config.toml (or ``config dump``) names; None when it
+    leaves it to containerd's default or has a schema without the key."""
+    version = document.get("version", 1)
+    path = SANDBOX_IMAGE_KEYS.get(version) if isinstance(version, int) else None
+    node: Any = document
+    for name in path or ():
+        node = node.get(name) if isinstance(node, dict) else None
+    if isinstance(node, str) and node:
+        return node
+    if version in (3, 4):  # a version-2 table that 2.x migrates (plugins/cri/images)
+        legacy = (document.get("plugins") or {}).get("io.containerd.grpc.v1.cri") or {}
+        value = legacy.get("sandbox_image") if isinstance(legacy, dict) else None
+        return value if isinstance(value, str) and value else None
+    return None
+
+
+def build_of(os_version: str) -> str | None:
+    """``10.0.17763`` of an image's ``os.version`` (``10.0.17763.1234``); None when the
+    image names no Windows build."""
+    match = _OS_VERSION.match(os_version)
+    return f"10.0.{match.group(1)}" if match else None
+
+
+@dataclass(frozen=True)
+class PauseImage:
+    image: str
+    build: str | None
+    """The build of the image's config (``os.version``); None when it names none."""
+
+
+class PauseImages:
+    def __init__(self, host: Host, paths: Paths) -> None:
+        self.host = host
+        self.paths = paths
+        self._versions: dict[str, str] = {}
+
+    def forget(self) -> None:
+        """containerd restarted with another file: ask again."""
+        self._versions.clear()
+
+    def current(self) -> PauseImage:
+        """The pause image of the file containerd runs, and its build. Raises HostError
+        (CRI or containerd did not answer) or ValueError (the file is unreadable)."""
+        image = self._configured()
+        version = self._versions.get(image)
+        if version is None:
+            version = self._os_version(image)
+            self._versions[image] = version
+        return PauseImage(image, build_of(version))
+
+    def _configured(self) -> str:
+        config = self.paths.config
+        text = config.read_text(encoding="utf-8") if config.exists() else None
+        if text is not None:
+            image = configured_pause_image(tomllib.loads(text))
+            if image is not None:
+                return image
+            dump = self.host.containerd.config_dump(config)
+        else:
+            dump = self.host.containerd.config_default()
+        image = configured_pause_image(tomllib.loads(dump))
+        if image is None:
+            raise HostError("containerd's configuration names no pause (sandbox) image")
+        return image
+
+    def _os_version(self, image: str) -> str:
+        cri = self.host.cri
+        version = cri.image_os_version(image, STATUS_TIMEOUT)
+        if version is None:
+            cri.pull_image(image, PULL_TIMEOUT)
+            version = cri.image_os_version(image, STATUS_TIMEOUT)
+        if version is None:
+            raise HostError(f"containerd holds no image {image} after pulling it")
+        return version
