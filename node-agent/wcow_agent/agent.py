@@ -161,6 +161,18 @@ def needs_canary(
     return forced or failed_before or state.canaried.get(handler) != table
 
 
+def default_canary_image(
+    entry: PlanEntry, host_build: str | None, images: Mapping[str, str]
+) -> str | None:
+    """The agent's canary image (``--canary-image BUILD=IMAGE``) for a handler whose profile
+    names none: the one of its guest build (Hyper-V), or of the host's build (process
+    isolation runs the host's build)."""
+    build = (
+        entry.windows_build if entry.isolation == "HyperV" else entry.windows_build or host_build
+    )
+    return images.get(build) if build else None
+
+
 def canary_enabled(entry: PlanEntry) -> bool:
     return entry.canary.enabled
 

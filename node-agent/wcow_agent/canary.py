@@ -68,13 +68,17 @@ class CanarySpec:
     ``runtime_path`` as that executable when the handler names one."""
 
     @classmethod
-    def from_plan(cls, handler: str, entry: PlanEntry) -> CanarySpec:
+    def from_plan(
+        cls, handler: str, entry: PlanEntry, default_image: str | None = None
+    ) -> CanarySpec:
+        """``default_image``: the agent's image for the entry's build (``--canary-image``),
+        used when the profile names none."""
         vm = entry.vm
         return cls(
             handler=handler,
             isolation=entry.isolation,
             timeout_seconds=float(entry.canary.timeout_seconds or 180),
-            image=entry.canary.image or None,
+            image=entry.canary.image or default_image or None,
             processor_count=vm.processor_count if vm is not None else None,
             memory_mb=vm.memory_mb if vm is not None else None,
             fully_physically_backed=vm is not None and vm.fully_physically_backed,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from wcow_agent import gate
@@ -76,6 +76,7 @@ class NodeAgent:
         sleep: Callable[[float], None] = time.sleep,
         cancel: threading.Event | None = None,
         adopt: Collection[str] = (),
+        canary_images: Mapping[str, str] | None = None,
     ) -> None:
         self.host = host
         self.adopt = frozenset(adopt)
@@ -85,7 +86,7 @@ class NodeAgent:
         self.canary = Canary(host.cri, host.hcs, log_root, clock)
         self.restart = Restarter(host, self.timeouts, clock, sleep)
         self.transaction = Transaction(host, paths, self.restart)
-        self.prover = Prover(host, self.canary, cancel)
+        self.prover = Prover(host, self.canary, cancel, canary_images)
         self.pause = PauseImages(host, paths)
         self._build: WindowsBuild | None = None
         self._hyperv: bool | None = None

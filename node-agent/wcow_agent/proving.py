@@ -14,6 +14,7 @@ from wcow_agent.agent import (
     CycleReport,
     HandlerOutcome,
     canary_enabled,
+    default_canary_image,
     guest_build_refusal,
     needs_canary,
 )
@@ -26,10 +27,18 @@ from wcow_contract.plan import PlanEntry
 
 
 class Prover:
-    def __init__(self, host: Host, canary: Canary, cancel: threading.Event | None) -> None:
+    def __init__(
+        self,
+        host: Host,
+        canary: Canary,
+        cancel: threading.Event | None,
+        images: Mapping[str, str] | None = None,
+    ) -> None:
         self.host = host
         self.canary = canary
         self.cancel = cancel
+        self.images = dict(images or {})
+        """The agent's canary image per build (``--canary-image``): build -> reference."""
         self.swept = False
         """Leftover canary sandboxes were removed (again after a failed cleanup)."""
         self._failed: set[str] = set()
@@ -156,7 +165,9 @@ class Prover:
         table: str,
     ) -> HandlerOutcome:
         generation = entry.generation
-        outcome = self.canary.run(CanarySpec.from_plan(handler, entry), self.cancel)
+        host_build = report.facts.build if report.facts is not None else None
+        image = default_canary_image(entry, host_build, self.images)
+        outcome = self.canary.run(CanarySpec.from_plan(handler, entry, image), self.cancel)
         report.canaries.append(outcome)
         if outcome.cleanup_error:
             self.swept = False  # sweep again next cycle

@@ -166,6 +166,7 @@ class FakeNode:
         restart_timeout: float = 60.0,
         adopt: frozenset[str] | set[str] = frozenset(),
         host: Host | None = None,
+        canary_images: Mapping[str, str] | None = None,
     ) -> NodeAgent:
         return NodeAgent(
             host or self.host(),
@@ -175,6 +176,7 @@ class FakeNode:
             clock=self.clock,
             sleep=self.clock.sleep,
             adopt=adopt,
+            canary_images=canary_images,
         )
 
     def canary_sandboxes(self) -> list[Sandbox]:

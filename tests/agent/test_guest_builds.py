@@ -212,3 +212,31 @@ def test_the_canary_container_is_removed_and_runs_for_process_isolation_too(
     (container,) = {cid for _, cid in node.container_ops}
     assert node.container_ops == [("stop", container), ("rm", container)]
     assert node.canary_sandboxes() == []
+
+
+def test_the_agents_canary_image_per_build_is_used_when_the_profile_names_none(
+    tmp_path: Path,
+) -> None:
+    from wcow_agent.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["canary", "hv", "--plan", "p.json", "--canary-image", f"ltsc2019={NANO_2019}"]
+    )
+    assert args.canary_image == [("10.0.17763", NANO_2019)]
+    for bad in ("ltsc2019", "10.0.1=x", f"ltsc2019={NANO_2019.upper()}"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["canary", "hv", "--plan", "p", "--canary-image", bad])
+
+    node = FakeNode(tmp_path, config_text=DEFAULT_17)
+    agent = node.agent_with(canary_images={"10.0.20348": NANO_2022, "10.0.17763": NANO_2019})
+    own = {"enabled": True, "timeoutSeconds": 60, "image": "example.com/own:1"}
+    report = agent.reconcile(make_plan(hyperv(), process(), hyperv("mine", canary=own)))
+    assert states(report) == {
+        "hv": ("Ready", "CanaryPassed"),
+        "proc": ("Ready", "CanaryPassed"),
+        "mine": ("Ready", "CanaryPassed"),
+    }
+    pulled = [c[-1] for c in node.crictl_calls if "pull" in c]
+    assert pulled.count(NANO_2022) == 2  # the Hyper-V ltsc2022 handler and the process one
+    assert "example.com/own:1" in pulled  # the profile's own image wins
+    assert NANO_2019 not in pulled
