@@ -373,6 +373,7 @@ def _agent(args: argparse.Namespace, host: Host, stop: threading.Event) -> NodeA
         cancel=stop,
         adopt=getattr(args, "adopt_handlers", frozenset()),
         canary_images=dict(args.canary_image),
+        pause_image=getattr(args, "pause_image", None),
     )
 
 
@@ -405,6 +406,16 @@ def _add_run(commands: Any) -> None:
     )
     run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
     _add_adopt_flag(run)
+    run.add_argument(
+        "--pause-image",
+        type=lambda text: image_arg("--pause-image", text),
+        default=None,
+        metavar="IMAGE",
+        help="set containerd's pause (sandbox) image to IMAGE (1.x: sandbox_image, 2.x: "
+        "pinned_images.sandbox), with a restart as for a plan change; the value it replaces "
+        "is kept and put back when the flag is dropped or on uninstall. It decides the guest "
+        "build of every Hyper-V pod on the node: one guest build per node pool (docs/agent.md)",
+    )
     run.set_defaults(func=cmd_run)
 
 

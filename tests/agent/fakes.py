@@ -167,6 +167,7 @@ class FakeNode:
         adopt: frozenset[str] | set[str] = frozenset(),
         host: Host | None = None,
         canary_images: Mapping[str, str] | None = None,
+        pause_image: str | None = None,
     ) -> NodeAgent:
         return NodeAgent(
             host or self.host(),
@@ -177,6 +178,7 @@ class FakeNode:
             sleep=self.clock.sleep,
             adopt=adopt,
             canary_images=canary_images,
+            pause_image=pause_image,
         )
 
     def canary_sandboxes(self) -> list[Sandbox]:
