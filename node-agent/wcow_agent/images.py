@@ -40,8 +40,9 @@ SANDBOX_IMAGE_KEYS: Final[Mapping[int, tuple[str, ...]]] = {
     3: ("plugins", "io.containerd.cri.v1.images", "pinned_images", "sandbox"),
     4: ("plugins", "io.containerd.cri.v1.images", "pinned_images", "sandbox"),
 }
-PULL_TIMEOUT = 600.0
-"""A pause image is one base layer (nanoserver: about 120 MB compressed)."""
+PULL_TIMEOUT = 300.0
+"""A pause image is one base layer (Nano Server: about 100 MB compressed); a pull that takes
+longer is tried again next cycle (the cycle's liveness bound counts it)."""
 STATUS_TIMEOUT = 30.0
 _OS_VERSION = re.compile(r"^10\.0\.([0-9]{5})(\.[0-9]{1,10})?$")
 

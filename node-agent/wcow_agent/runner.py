@@ -36,6 +36,7 @@ from wcow_agent.cluster import (
 )
 from wcow_agent.cycle import NodeAgent
 from wcow_agent.gate import Pace
+from wcow_agent.images import PULL_TIMEOUT, STATUS_TIMEOUT
 from wcow_agent.metrics import Metrics
 from wcow_agent.state import StateJournal, load_state, text_hash
 from wcow_agent.watch import ClusterView, RunOptions
@@ -140,7 +141,8 @@ class AgentLoop:
             CanarySpec.from_plan(h, entry).timeout_seconds + 2 * CLEANUP_TIMEOUT
             for h, entry in (plan.handlers if plan is not None else {}).items()
         )
-        return restarts + canaries + 120.0
+        pause = PULL_TIMEOUT + 2 * STATUS_TIMEOUT  # reading the pause image's build
+        return restarts + canaries + pause + 120.0
 
     def _get_node(self) -> NodeObject | None:
         try:
