@@ -34,6 +34,7 @@ from wcow_agent import tomltext
 from wcow_agent.host.interfaces import Host, HostError
 from wcow_agent.merge import ConfigError
 from wcow_agent.state import AgentState, Paths
+from wcow_contract.v1alpha1 import IMAGE_REFERENCE_MAX, IMAGE_REFERENCE_PATTERN
 
 SANDBOX_IMAGE_KEYS: Final[Mapping[int, tuple[str, ...]]] = {
     2: ("plugins", "io.containerd.grpc.v1.cri", "sandbox_image"),
@@ -44,6 +45,7 @@ PULL_TIMEOUT = 300.0
 """A pause image is one base layer (Nano Server: about 100 MB compressed); a pull that takes
 longer is tried again next cycle (the cycle's liveness bound counts it)."""
 STATUS_TIMEOUT = 30.0
+_REFERENCE = re.compile(IMAGE_REFERENCE_PATTERN)
 _OS_VERSION = re.compile(r"^10\.0\.([0-9]{5})(\.[0-9]{1,10})?$")
 
 
@@ -62,6 +64,13 @@ def configured_pause_image(document: Mapping[str, Any]) -> str | None:
         value = legacy.get("sandbox_image") if isinstance(legacy, dict) else None
         return value if isinstance(value, str) and value else None
     return None
+
+
+def _checked(image: str) -> str:
+    """The reference goes to crictl as an argument: only an image reference does."""
+    if not _REFERENCE.fullmatch(image) or len(image) > IMAGE_REFERENCE_MAX:
+        raise HostError(f"the pause image {image[:200]!r} is not an image reference")
+    return image
 
 
 def build_of(os_version: str) -> str | None:
@@ -104,14 +113,14 @@ class PauseImages:
         if text is not None:
             image = configured_pause_image(tomllib.loads(text))
             if image is not None:
-                return image
+                return _checked(image)
             dump = self.host.containerd.config_dump(config)
         else:
             dump = self.host.containerd.config_default()
         image = configured_pause_image(tomllib.loads(dump))
         if image is None:
             raise HostError("containerd's configuration names no pause (sandbox) image")
-        return image
+        return _checked(image)
 
     def _os_version(self, image: str) -> str:
         cri = self.host.cri

@@ -240,3 +240,17 @@ def test_the_agents_canary_image_per_build_is_used_when_the_profile_names_none(
     assert pulled.count(NANO_2022) == 2  # the Hyper-V ltsc2022 handler and the process one
     assert "example.com/own:1" in pulled  # the profile's own image wins
     assert NANO_2019 not in pulled
+
+
+def test_a_pause_image_that_is_no_image_reference_is_not_handed_to_crictl(
+    tmp_path: Path,
+) -> None:
+    hostile = DEFAULT_17.replace('"registry.k8s.io/pause:3.8"', '"--runtime-endpoint=tcp://x"')
+    node = FakeNode(tmp_path, config_text=hostile)
+    report = node.agent().reconcile(make_plan(hyperv()))
+    assert report.guest_builds is None
+    assert not any("inspecti" in c or "pull" in c for c in node.crictl_calls)
+    assert any(
+        reason == "PauseImageUnknown" and "not an image reference" in message
+        for reason, message, _ in report.events
+    )
