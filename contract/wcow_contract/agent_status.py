@@ -43,10 +43,15 @@ AGENT_STATUS_SCHEMA_VERSION: Final = 1
 
 HandlerState = Literal["Ready", "Failed", "Pending", "NotEligible", "Conflict"]
 
+GUEST_BUILD_UNSUPPORTED: Final = "GuestBuildUnsupported"
+"""The reason of a Failed Hyper-V handler whose guest build this node's pause image cannot
+boot: applied, but its pods would not run here. The node is not ready for it and not counted
+as eligible (a node pool of another guest build), and the change counts as done there."""
 REASON_PATTERN: Final = r"^[A-Z][A-Za-z0-9]*$"
 REASON_MAX: Final = 64
 MESSAGE_MAX: Final = 1024
 MAX_HANDLERS: Final = 1024
+MAX_GUEST_BUILDS: Final = 16
 
 
 def _escaped(limit: int) -> BeforeValidator:
@@ -58,6 +63,7 @@ def _escaped(limit: int) -> BeforeValidator:
 Reason = Annotated[str, StringConstraints(pattern=REASON_PATTERN, max_length=REASON_MAX)]
 Message = Annotated[str, _escaped(MESSAGE_MAX), StringConstraints(max_length=MESSAGE_MAX)]
 ShortText = Annotated[str, _escaped(80), StringConstraints(max_length=80)]
+BuildText = Annotated[str, StringConstraints(pattern=WINDOWS_VERSION_PATTERN)]
 HandlerName = Annotated[
     str, StringConstraints(pattern=DNS1123_LABEL_PATTERN, max_length=DNS1123_LABEL_MAX)
 ]
@@ -99,6 +105,14 @@ class AgentStatus(_Model):
     """Why the node has not changed to the current plan: the plan is paced and the rollout
     has not let this node in (it keeps its config.toml and its ready labels meanwhile).
     None when nothing waits. Optional: agents before the paced rollout never set it."""
+    pause_image: Message | None = None
+    """The node's pause (sandbox) image as containerd's config names it. Optional: agents
+    before issue 19 never set it."""
+    guest_builds: Annotated[list[BuildText], Field(max_length=MAX_GUEST_BUILDS)] | None = None
+    """The guest builds (10.0.<build>) this node's Hyper-V pods can boot: hcsshim boots a
+    utility VM from the pause image's base layer, so the pause image's build, when the host
+    has Hyper-V and is not older (docs/images.md, section 3). Empty: none; None: not known
+    (the image could not be read, or an agent before issue 19)."""
     updated_at: ShortText | None = None
     handlers: Annotated[dict[HandlerName, HandlerStatus], Field(max_length=MAX_HANDLERS)] = {}
 

@@ -48,6 +48,14 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "priority": 1,
     },
     {
+        "name": "Not Ready Because",
+        "type": "string",
+        "jsonPath": ".status.failures[0].reason",
+        "description": "The reason of the first node in status.failures, e.g. "
+        "GuestBuildUnsupported: sandboxes can start there, but its pause image boots another "
+        "guest build, so the class's images would not run",
+    },
+    {
         "name": "Rollout",
         "type": "string",
         "jsonPath": ".status.rollout.progress",

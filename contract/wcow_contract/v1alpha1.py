@@ -868,9 +868,11 @@ class CanarySpec(_Model):
     timeout_seconds: Annotated[int, Field(ge=10, le=1800)] = 180
     """How long one canary may take (pulling the sandbox image included)."""
     image: ImageReference | None = None
-    """Image of a container started in the canary sandbox to read the VM's processor count
-    and memory from inside; omitted: the sandbox alone is checked. Every node's agent pulls
-    it and runs it under the handler as the image's ContainerUser (no HostProcess, no
+    """Image the canary pulls through CRI as the kubelet does and runs in its sandbox under
+    the handler (proving that the class's images run, and reading the VM's processor count
+    inside); a pull or start that fails leaves the handler Failed. Omitted: the agent's
+    image for the guest build (chart agent.canaryImages), else the sandbox alone is checked.
+    Every node's agent pulls it and runs it as the image's ContainerUser (no HostProcess, no
     mounts), outside Kubernetes admission: name an image you trust, ideally by digest."""
 
 

@@ -23,12 +23,20 @@ from wcow_agent.merge import (
 )
 from wcow_agent.state import AgentState
 from wcow_contract.agent_status import (
+    GUEST_BUILD_UNSUPPORTED,
     AgentStatus,
     HandlerState,
     HandlerStatus,
 )
-from wcow_contract.labels import READY_VALUE, ready_label
+from wcow_contract.labels import (
+    GUEST_BUILD_LABEL_PREFIX,
+    GUEST_BUILD_VALUE,
+    READY_VALUE,
+    guest_build_label,
+    ready_label,
+)
 from wcow_contract.plan import PlanEntry
+from wcow_contract.windows_builds import parse_windows_build
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,10 @@ class CycleReport:
     requeue: bool = False
     """Something is worth retrying soon (network not ready, containerd had not loaded the
     file), not only at the next resync."""
+    pause_image: str | None = None
+    """The pause image of the file containerd runs (None: not known this cycle)."""
+    guest_builds: list[str] | None = None
+    """The guest builds its Hyper-V pods can boot (None: not known this cycle)."""
 
     def event(self, reason: str, message: str, warning: bool = False) -> None:
         self.events.append((reason, message, warning))
@@ -149,8 +161,53 @@ def needs_canary(
     return forced or failed_before or state.canaried.get(handler) != table
 
 
+def default_canary_image(
+    entry: PlanEntry, host_build: str | None, images: Mapping[str, str]
+) -> str | None:
+    """The agent's canary image (``--canary-image BUILD=IMAGE``) for a handler whose profile
+    names none: the one of its guest build (Hyper-V), or of the host's build (process
+    isolation runs the host's build)."""
+    build = (
+        entry.windows_build if entry.isolation == "HyperV" else entry.windows_build or host_build
+    )
+    return images.get(build) if build else None
+
+
 def canary_enabled(entry: PlanEntry) -> bool:
     return entry.canary.enabled
+
+
+def guest_builds_of(pause_build: str | None, facts: HostFacts) -> list[str]:
+    """The guest builds this node's Hyper-V pods can boot: the pause image's build (hcsshim
+    boots the utility VM from its base layer), when the host has Hyper-V and is not older
+    than that build; none otherwise."""
+    if pause_build is None or not facts.hyperv_available:
+        return []
+    pause, host = parse_windows_build(pause_build), parse_windows_build(facts.build)
+    return [pause.label_value] if pause.number <= host.number else []
+
+
+def guest_build_refusal(
+    entry: PlanEntry, pause_image: str | None, guest_builds: list[str] | None
+) -> tuple[str, str] | None:
+    """(reason, message) when a Hyper-V handler's guest build is not one this node's pause
+    image boots: the handler is applied and sandboxes may start, but its pods' images of
+    the guest build would not run in the utility VM (docs/images.md, section 3)."""
+    guest = entry.windows_build
+    if entry.isolation != "HyperV" or guest is None or guest_builds is None:
+        return None
+    if guest in guest_builds:
+        return None
+    number = guest.rsplit(".", 1)[1]
+    boots = ", ".join(guest_builds) or "no guest build"
+    return (
+        GUEST_BUILD_UNSUPPORTED,
+        f"applied, but not ready for images of guest build {guest}: this node's pause image "
+        f"{pause_image} boots {boots} (hcsshim boots a Hyper-V pod's utility VM from the pause "
+        f"image's base layer). Run this class on nodes labelled "
+        f"{GUEST_BUILD_LABEL_PREFIX}{number}=true, or give this node pool a pause image of "
+        f"{guest} (wcow-agent --pause-image, chart agent.pauseImage)",
+    )
 
 
 def build_status(
@@ -190,6 +247,12 @@ def build_status(
         waiting=report.waiting
         if report.handlers is not None
         else (previous.waiting if previous else None),
+        pause_image=report.pause_image
+        if report.pause_image is not None
+        else (previous.pause_image if previous else None),
+        guest_builds=report.guest_builds
+        if report.guest_builds is not None
+        else (previous.guest_builds if previous else None),
         updated_at=previous.updated_at if previous is not None else None,
         handlers=handlers,
     )
@@ -246,5 +309,25 @@ def label_changes(current: Mapping[str, str], ready: Iterable[str]) -> dict[str,
             changes[key] = READY_VALUE
     for key, value in sorted(current.items()):
         if key.startswith(prefix) and value == READY_VALUE and key not in wanted:
+            changes[key] = None
+    return changes
+
+
+def guest_label_changes(
+    current: Mapping[str, str], builds: list[str] | None, reported: list[str] | None
+) -> dict[str, str | None]:
+    """The Node label patch for ``node.runtime.wcow.dev/guest-build-<N>``: "true" for each
+    guest build the pause image boots; removal only of labels this agent set before (the
+    builds its last status reported) that are no longer true, never of a label someone
+    else set (a node pool's template, say). ``builds`` None: not known, no change."""
+    if builds is None:
+        return {}
+    wanted = {guest_build_label(parse_windows_build(b)) for b in builds}
+    changes: dict[str, str | None] = {
+        key: GUEST_BUILD_VALUE for key in sorted(wanted) if current.get(key) != GUEST_BUILD_VALUE
+    }
+    for build in reported or []:
+        key = guest_build_label(parse_windows_build(build))
+        if key not in wanted and key in current:
             changes[key] = None
     return changes

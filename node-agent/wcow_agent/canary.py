@@ -25,7 +25,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PureWindowsPath
 from typing import Any
@@ -68,13 +68,17 @@ class CanarySpec:
     ``runtime_path`` as that executable when the handler names one."""
 
     @classmethod
-    def from_plan(cls, handler: str, entry: PlanEntry) -> CanarySpec:
+    def from_plan(
+        cls, handler: str, entry: PlanEntry, default_image: str | None = None
+    ) -> CanarySpec:
+        """``default_image``: the agent's image for the entry's build (``--canary-image``),
+        used when the profile names none."""
         vm = entry.vm
         return cls(
             handler=handler,
             isolation=entry.isolation,
             timeout_seconds=float(entry.canary.timeout_seconds or 180),
-            image=entry.canary.image or None,
+            image=entry.canary.image or default_image or None,
             processor_count=vm.processor_count if vm is not None else None,
             memory_mb=vm.memory_mb if vm is not None else None,
             fully_physically_backed=vm is not None and vm.fully_physically_backed,
@@ -279,12 +283,15 @@ class Canary:
             return left
 
         failure: Failure | None
+        observed["_containers"] = []
         try:
             failure = self._probe(spec, run_id, remaining, sandbox, observed)
         except (_Deadline, HostError) as error:
             failure = _failure(spec, error)
         finally:
-            cleanup_error = self.cleanup(run_id, sandbox[0] if sandbox else None)
+            containers = observed.pop("_containers")
+            cleanup_error = self.cleanup(run_id, sandbox[0] if sandbox else None, containers)
+        ran = observed.pop("_image", None)
         return _result(
             spec,
             failure,
@@ -292,6 +299,7 @@ class Canary:
             sandbox_id=sandbox[0] if sandbox else None,
             observed=observed,
             cleanup_error=cleanup_error,
+            image=ran,
         )
 
     def _probe(
@@ -317,29 +325,70 @@ class Canary:
             {"Ids": [sandbox_id, f"{sandbox_id}@vm"]}, remaining()
         )
         failure = check_isolation(spec, sandbox_id, systems)
-        if failure or spec.isolation != "HyperV":
-            return failure
-        properties = self.hcs.compute_system_properties(f"{sandbox_id}@vm", ["Memory"], remaining())
-        failure, memory = check_memory(spec, properties)
-        if memory is not None:
-            observed["memoryMB"] = math.floor(memory)
+        if failure is None and spec.isolation == "HyperV":
+            properties = self.hcs.compute_system_properties(
+                f"{sandbox_id}@vm", ["Memory"], remaining()
+            )
+            failure, memory = check_memory(spec, properties)
+            if memory is not None:
+                observed["memoryMB"] = math.floor(memory)
         if failure or spec.image is None:
             return failure
-        self.cri.pull_image(spec.image, remaining())
-        container = self.cri.create_container(
-            sandbox_id, probe_container_config(spec.image, run_id), config, remaining()
-        )
-        self.cri.start_container(container, remaining())
-        output = self.cri.exec_sync(container, PROCESSOR_COMMAND, remaining())
+        return self._image_probe(spec, (sandbox_id, config), run_id, remaining, observed)
+
+    def _image_probe(
+        self,
+        spec: CanarySpec,
+        sandbox: tuple[str, Mapping[str, Any]],
+        run_id: str,
+        remaining: Callable[[], float],
+        observed: dict[str, Any],
+    ) -> Failure | None:
+        """The pod path: pull the image through CRI as the kubelet does, start a container
+        from it in the canary's sandbox (so under the handler, in its utility VM), and see
+        it run a command. The container is removed by ``cleanup``."""
+        image = str(spec.image)
+        sandbox_id, config = sandbox
+        try:
+            self.cri.pull_image(image, remaining())
+        except CriError as error:
+            return ("CanaryImagePullFailed", f"pulling {image} through CRI failed: {error}")
+        try:
+            container = self.cri.create_container(
+                sandbox_id, probe_container_config(image, run_id), config, remaining()
+            )
+            observed["_containers"].append(container)
+            self.cri.start_container(container, remaining())
+            output = self.cri.exec_sync(container, PROCESSOR_COMMAND, remaining())
+        except CriError as error:
+            return (
+                "CanaryImageFailed",
+                f"{image} was pulled but did not run under handler {spec.handler}: {error}",
+            )
+        if spec.isolation != "HyperV":
+            if re.search(r"\d+", output) is None:
+                return ("CanaryImageFailed", f"{image} ran but printed {output!r:.200}")
+            observed["_image"] = image
+            return None
         failure, processors = check_processors(spec, output, self.host_processors())
         if processors is not None:
             observed["processors"] = processors
+        if failure is None:
+            observed["_image"] = image
         return failure
 
-    def cleanup(self, run_id: str | None, sandbox_id: str | None) -> str | None:
-        """Stop and remove the canary's sandbox (and any of the same run a timed-out
-        ``runp`` created after all). Never raises; returns what failed."""
+    def cleanup(
+        self, run_id: str | None, sandbox_id: str | None, containers: Sequence[str] = ()
+    ) -> str | None:
+        """Stop and remove the canary's container and sandbox (and any sandbox of the same
+        run a timed-out ``runp`` created after all). Never raises; returns what failed."""
         errors = []
+        for container in containers:
+            for step in (self.cri.stop_container, self.cri.remove_container):
+                try:
+                    step(container, CLEANUP_TIMEOUT)
+                except HostError as error:
+                    errors.append(str(error))
         ids = [sandbox_id] if sandbox_id else []
         if run_id is not None:
             try:
@@ -410,6 +459,7 @@ def _result(
     sandbox_id: str | None,
     observed: dict[str, Any],
     cleanup_error: str | None,
+    image: str | None = None,
 ) -> CanaryResult:
     cleanup = f"; cleanup failed: {cleanup_error}" if cleanup_error else ""
     if failure is None:
@@ -417,6 +467,8 @@ def _result(
         message = f"sandbox started with {spec.isolation} isolation" + (
             f" ({sizes})" if sizes else ""
         )
+        if image:
+            message += f"; {image} pulled through CRI and ran under it"
         passed, reason = True, "CanaryPassed"
     else:
         passed, (reason, message) = False, failure

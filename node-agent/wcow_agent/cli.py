@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
+from wcow_agent.agent import default_canary_image
 from wcow_agent.attempt import Timeouts
 from wcow_agent.canary import Canary, CanarySpec
 from wcow_agent.cluster import Cluster, ClusterError
@@ -57,6 +60,7 @@ from wcow_agent.watch import RunOptions
 from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_contract.labels import READY_VALUE, ready_label
 from wcow_contract.support.health import HealthServer, StepHealth
+from wcow_contract.v1alpha1 import ImageReference
 from wcow_contract.validation import is_dns1123_label
 from wcow_contract.windows_builds import parse_windows_build
 
@@ -241,6 +245,30 @@ def _add_merge(commands: Any) -> None:
     merge.set_defaults(func=cmd_merge)
 
 
+IMAGE_REFERENCE: TypeAdapter[str] = TypeAdapter(ImageReference)
+
+
+def image_arg(flag: str, text: str) -> str:
+    """An image reference as the profile's ``spec.canary.image`` takes it."""
+    try:
+        return str(IMAGE_REFERENCE.validate_python(text))
+    except ValidationError as error:
+        why = error.errors()[0]["msg"].removeprefix("Value error, ")
+        raise argparse.ArgumentTypeError(f"{flag} {text!r}: {why}") from None
+
+
+def canary_image_arg(text: str) -> tuple[str, str]:
+    """``--canary-image 10.0.N=IMAGE`` (a build or release alias: ltsc2022=...)."""
+    build, sep, image = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"--canary-image {text!r}: expected BUILD=IMAGE")
+    try:
+        label = parse_windows_build(build).label_value
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"--canary-image {text!r}: {error}") from None
+    return label, image_arg("--canary-image", image)
+
+
 def handler_list(text: str) -> frozenset[str]:
     """``--adopt-handlers a,b``: containerd handler names (DNS-1123 labels)."""
     names = frozenset(name.strip() for name in text.split(",") if name.strip())
@@ -299,6 +327,16 @@ def _add_host_flags(parser: argparse.ArgumentParser) -> None:
         help="whether this host can run Hyper-V isolation (auto: ask Windows)",
     )
     parser.add_argument(
+        "--canary-image",
+        type=canary_image_arg,
+        action="append",
+        default=[],
+        metavar="BUILD=IMAGE",
+        help="the image a canary pulls through CRI and runs under a handler whose profile "
+        "names no spec.canary.image, per guest build (Hyper-V) or host build (process), e.g. "
+        "10.0.20348=mcr.microsoft.com/windows/nanoserver:ltsc2022; repeatable (docs/agent.md)",
+    )
+    parser.add_argument(
         "--restart-timeout",
         type=float,
         default=120.0,
@@ -334,6 +372,8 @@ def _agent(args: argparse.Namespace, host: Host, stop: threading.Event) -> NodeA
         timeouts=Timeouts(restart=args.restart_timeout),
         cancel=stop,
         adopt=getattr(args, "adopt_handlers", frozenset()),
+        canary_images=dict(args.canary_image),
+        pause_image=getattr(args, "pause_image", None),
     )
 
 
@@ -366,6 +406,16 @@ def _add_run(commands: Any) -> None:
     )
     run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
     _add_adopt_flag(run)
+    run.add_argument(
+        "--pause-image",
+        type=lambda text: image_arg("--pause-image", text),
+        default=None,
+        metavar="IMAGE",
+        help="set containerd's pause (sandbox) image to IMAGE (1.x: sandbox_image, 2.x: "
+        "pinned_images.sandbox), with a restart as for a plan change; the value it replaces "
+        "is kept and put back when the flag is dropped or on uninstall. It decides the guest "
+        "build of every Hyper-V pod on the node: one guest build per node pool (docs/agent.md)",
+    )
     run.set_defaults(func=cmd_run)
 
 
@@ -584,7 +634,10 @@ def run_canaries(args: argparse.Namespace, host_factory: HostFactory) -> int:
     canary = Canary(host.cri, host.hcs, args.work_dir or default_work_dir())
     code = EXIT_OK
     for handler in args.handlers:
-        result = canary.run(CanarySpec.from_plan(handler, plan.handlers[handler]), stop)
+        entry = plan.handlers[handler]
+        build = host.windows.windows_build().label_value
+        image = default_canary_image(entry, build, dict(args.canary_image))
+        result = canary.run(CanarySpec.from_plan(handler, entry, image), stop)
         print(
             json.dumps(
                 {

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
 
 from wcow_agent import gate
 from wcow_agent.agent import (
@@ -25,6 +25,7 @@ from wcow_agent.agent import (
     HandlerOutcome,
     HostFacts,
     drifted,
+    guest_builds_of,
     merge_on_host,
     restart_reason,
 )
@@ -35,6 +36,12 @@ from wcow_agent.eligibility import classify_handlers
 from wcow_agent.files import read_config, sweep_temp_files
 from wcow_agent.gate import Pace
 from wcow_agent.host.interfaces import ContainerdError, Host, HostError
+from wcow_agent.images import (
+    PauseImages,
+    held_pause_image,
+    wanted_pause_image,
+    with_pause_image,
+)
 from wcow_agent.merge import ConfigError, MergeResult
 from wcow_agent.proving import Prover
 from wcow_agent.state import Paths, StateJournal, text_hash
@@ -74,8 +81,13 @@ class NodeAgent:
         sleep: Callable[[float], None] = time.sleep,
         cancel: threading.Event | None = None,
         adopt: Collection[str] = (),
+        canary_images: Mapping[str, str] | None = None,
+        pause_image: str | None = None,
     ) -> None:
         self.host = host
+        self.pause_flag = pause_image
+        """``--pause-image``: the pause image the agent sets in config.toml (None: the
+        agent leaves the key as the node has it, or puts back what it replaced)."""
         self.adopt = frozenset(adopt)
         """Handlers whose hand-written table the agent may take over (--adopt-handlers)."""
         self.paths = paths
@@ -83,7 +95,8 @@ class NodeAgent:
         self.canary = Canary(host.cri, host.hcs, log_root, clock)
         self.restart = Restarter(host, self.timeouts, clock, sleep)
         self.transaction = Transaction(host, paths, self.restart)
-        self.prover = Prover(host, self.canary, cancel)
+        self.prover = Prover(host, self.canary, cancel, canary_images)
+        self.pause = PauseImages(host, paths)
         self._build: WindowsBuild | None = None
         self._hyperv: bool | None = None
         self._containerd_version: str | None = None
@@ -144,9 +157,12 @@ class NodeAgent:
             return
         eligible, result = judged
         report, journal = cycle.report, cycle.journal
-        changes_file = cycle.changes_file(result)
-        verdict = gate.open_gate(result, journal, plan, pace, changes_file)
-        if verdict.allowed and changes_file:
+        plan_changes = cycle.changes_file(result)
+        result, pause_changes = self._pause_edit(cycle, result)
+        # The rollout paces plan changes; a pause image change alone reaches the node with
+        # its agent pod (the DaemonSet's own rolling update), and rides with a plan change.
+        verdict = gate.open_gate(result, journal, plan, pace, plan_changes)
+        if verdict.allowed and plan_changes:
             verdict = gate.begin_attempt(
                 report, journal, cycle.facts, result, eligible, verdict=verdict, pace=pace
             )
@@ -155,16 +171,66 @@ class NodeAgent:
         failed: Failures = {}
         if not verdict.allowed:
             gate.hold(report, journal, result, plan, verdict.message)
-        elif changes_file:
+        elif plan_changes or pause_changes:
             touched = sorted({*result.added, *result.updated} & set(eligible))
+            if pause_changes:  # every sandbox starts from the new pause image
+                touched = sorted(eligible)
+                self._hold_pause_image(cycle, result)
             change = Change(result, cycle.original, cycle.created, touched)
             failed = self.transaction.run(report, journal, change, cycle.facts)
+            if pause_changes and report.result == "applied":
+                force_canary = True
+                if self.pause_flag is None:
+                    journal.pause_image_released()
+        self._survey_pause_image(report, cycle.facts)
         self.prover.prove(
             report, journal, result.owned, eligible, failed_apply=failed, force=force_canary
         )
         if verdict.allowed:
             note_adoptions(report, result, self.paths)
             gate.settle(report, journal, plan.hash)
+
+    def _pause_edit(self, cycle: Cycle, result: MergeResult) -> tuple[MergeResult, bool]:
+        """The merged file with the pause image the agent manages (``--pause-image``, or
+        the value it replaced, put back once the flag is gone); whether that changes it."""
+        journal = cycle.journal
+        manage, image = wanted_pause_image(self.pause_flag, journal.state)
+        if not manage:
+            return result, False
+        try:
+            text = with_pause_image(result.text, result.version, image)
+        except ConfigError as error:
+            cycle.report.event("PauseImageNotSet", str(error), warning=True)
+            return result, False
+        if text == result.text and self.pause_flag is None:
+            journal.pause_image_released()  # the file holds what it held before the agent
+        return replace(result, text=text), text != result.text
+
+    def _hold_pause_image(self, cycle: Cycle, result: MergeResult) -> None:
+        """Before the first write of the key: what it held, to put back later."""
+        if not cycle.journal.state.pause_held:
+            previous = None if cycle.created else held_pause_image(cycle.original, result.version)
+            cycle.journal.pause_image_held(previous)
+
+    def _survey_pause_image(self, report: CycleReport, facts: HostFacts) -> None:
+        """Which pause image containerd runs sandboxes from and which guest builds it boots
+        (asked again after containerd restarted); unknown when CRI cannot say."""
+        if report.restarts:
+            self.pause.forget()
+        try:
+            pause = self.pause.current()
+        except (HostError, OSError, ValueError) as error:
+            report.event("PauseImageUnknown", f"cannot read the node's pause image: {error}")
+            return
+        report.pause_image = pause.image
+        report.guest_builds = guest_builds_of(pause.build, facts)
+        if pause.build is None:
+            report.event(
+                "PauseImageBuildUnknown",
+                f"the pause image {pause.image} names no Windows build (os.version) in its "
+                "config: no guest build is known to boot from it",
+                warning=True,
+            )
 
     def _begin(self, report: CycleReport, plan: Plan | None) -> Cycle | None:
         """Host facts, state, the file on disk, and what a killed predecessor left."""

@@ -17,6 +17,7 @@ from wcow_agent.agent import CycleReport, HandlerOutcome, HostFacts
 from wcow_agent.merge import MergeResult
 from wcow_agent.pacing import SEEDED, Gate, Permission, decide, holds_agent_tables
 from wcow_agent.state import StateJournal, text_hash
+from wcow_contract.agent_status import GUEST_BUILD_UNSUPPORTED
 from wcow_contract.plan import Plan, PlanEntry
 
 
@@ -128,7 +129,10 @@ def settle(report: CycleReport, journal: StateJournal, plan_hash: str) -> None:
     unproven = sorted(
         h
         for h in state.unproven
-        if h in outcomes and outcomes[h].state not in ("Ready", "NotEligible")
+        if h in outcomes
+        and outcomes[h].state not in ("Ready", "NotEligible")
+        # Applied where its pods cannot run (another guest build's pool): done here.
+        and outcomes[h].reason != GUEST_BUILD_UNSUPPORTED
     )
     applied = plan_hash if not unproven else state.applied_plan
     if (unproven, applied) != (state.unproven, state.applied_plan):

@@ -10,7 +10,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from wcow_agent.agent import CycleReport, HandlerOutcome, canary_enabled, needs_canary
+from wcow_agent.agent import (
+    CycleReport,
+    HandlerOutcome,
+    canary_enabled,
+    default_canary_image,
+    guest_build_refusal,
+    needs_canary,
+)
 from wcow_agent.attempt import Failures
 from wcow_agent.canary import Canary, CanarySpec
 from wcow_agent.host.interfaces import Host, HostError
@@ -20,10 +27,18 @@ from wcow_contract.plan import PlanEntry
 
 
 class Prover:
-    def __init__(self, host: Host, canary: Canary, cancel: threading.Event | None) -> None:
+    def __init__(
+        self,
+        host: Host,
+        canary: Canary,
+        cancel: threading.Event | None,
+        images: Mapping[str, str] | None = None,
+    ) -> None:
         self.host = host
         self.canary = canary
         self.cancel = cancel
+        self.images = dict(images or {})
+        """The agent's canary image per build (``--canary-image``): build -> reference."""
         self.swept = False
         """Leftover canary sandboxes were removed (again after a failed cleanup)."""
         self._failed: set[str] = set()
@@ -57,6 +72,8 @@ class Prover:
             outcome = self._without_canary(
                 handler, entry, table, failed_apply=failed_apply, state=journal.state, forced=forced
             )
+            if outcome is None or outcome.state == "Ready":
+                outcome = self._guest_unsupported(report, entry, table) or outcome
             if outcome is None and table is not None:
                 if cri_ready is None:
                     cri_ready = self._cri_ready(report, outcomes, pending, eligible)
@@ -100,6 +117,17 @@ class Prover:
             )
         return None
 
+    @staticmethod
+    def _guest_unsupported(
+        report: CycleReport, entry: PlanEntry, table: str | None
+    ) -> HandlerOutcome | None:
+        """A Hyper-V handler whose guest build this node's pause image cannot boot is not
+        ready here, canary or not: its pods' images would not run (no canary is spent)."""
+        refusal = guest_build_refusal(entry, report.pause_image, report.guest_builds)
+        if refusal is None or table is None:
+            return None
+        return HandlerOutcome("Failed", *refusal, generation=entry.generation)
+
     def _cri_ready(
         self,
         report: CycleReport,
@@ -137,7 +165,9 @@ class Prover:
         table: str,
     ) -> HandlerOutcome:
         generation = entry.generation
-        outcome = self.canary.run(CanarySpec.from_plan(handler, entry), self.cancel)
+        host_build = report.facts.build if report.facts is not None else None
+        image = default_canary_image(entry, host_build, self.images)
+        outcome = self.canary.run(CanarySpec.from_plan(handler, entry, image), self.cancel)
         report.canaries.append(outcome)
         if outcome.cleanup_error:
             self.swept = False  # sweep again next cycle

@@ -21,6 +21,7 @@ from wcow_agent.agent import (
     CycleReport,
     HandlerOutcome,
     build_status,
+    guest_label_changes,
     label_changes,
     ready_handlers,
 )
@@ -35,6 +36,7 @@ from wcow_agent.cluster import (
 )
 from wcow_agent.cycle import NodeAgent
 from wcow_agent.gate import Pace
+from wcow_agent.images import PULL_TIMEOUT, STATUS_TIMEOUT
 from wcow_agent.metrics import Metrics
 from wcow_agent.state import StateJournal, load_state, text_hash
 from wcow_agent.watch import ClusterView, RunOptions
@@ -139,7 +141,8 @@ class AgentLoop:
             CanarySpec.from_plan(h, entry).timeout_seconds + 2 * CLEANUP_TIMEOUT
             for h, entry in (plan.handlers if plan is not None else {}).items()
         )
-        return restarts + canaries + 120.0
+        pause = PULL_TIMEOUT + 2 * STATUS_TIMEOUT  # reading the pause image's build
+        return restarts + canaries + pause + 120.0
 
     def _get_node(self) -> NodeObject | None:
         try:
@@ -193,6 +196,8 @@ class AgentLoop:
             return "the Node could not be read; labels and status not updated"
         ready = ready_handlers(report)
         labels = label_changes(node.labels, ready) if ready is not None else {}
+        reported = previous.guest_builds if previous is not None else None
+        labels.update(guest_label_changes(node.labels, report.guest_builds, reported))
         annotations: dict[str, str | None] = {}
         if status is not None:
             text = dump_agent_status(status)

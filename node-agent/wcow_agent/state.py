@@ -86,6 +86,11 @@ class AgentState:
     the attempted plan is the applied one."""
     applied_plan: str | None = None
     """Hash of the last plan applied with every handler it changed proven."""
+    pause_held: bool = False
+    """The agent set config.toml's pause image key (``--pause-image``)."""
+    pause_previous: str | None = None
+    """What that key held before the agent first set it (None: it was absent): written
+    back when the agent lets go (the flag dropped, ``uninstall``)."""
 
     def to_json(self) -> str:
         body: dict[str, Any] = {
@@ -108,6 +113,8 @@ class AgentState:
             }
         if self.applied_plan is not None:
             body["appliedPlan"] = self.applied_plan
+        if self.pause_held:
+            body["pauseImage"] = {"previous": self.pause_previous}
         return json.dumps(body, indent=2, sort_keys=True) + "\n"
 
     @classmethod
@@ -124,6 +131,9 @@ class AgentState:
             value = body.get(key)
             return str(value) if isinstance(value, str) else None
 
+        raw_pause = body.get("pauseImage")
+        pause: dict[str, Any] | None = raw_pause if isinstance(raw_pause, dict) else None
+        previous = pause.get("previous") if pause is not None else None
         raw_attempt = body.get("attempt")
         attempt: dict[str, Any] = raw_attempt if isinstance(raw_attempt, dict) else {}
         unproven = attempt.get("unproven")
@@ -132,6 +142,8 @@ class AgentState:
             attempt_grant=str(attempt["grant"]) if isinstance(attempt.get("grant"), str) else None,
             unproven=[str(h) for h in unproven] if isinstance(unproven, list) else [],
             applied_plan=optional("appliedPlan"),
+            pause_held=pause is not None,
+            pause_previous=previous if isinstance(previous, str) else None,
             owned=strings("owned"),
             loaded=optional("loaded"),
             written=optional("written"),
@@ -283,6 +295,18 @@ class StateJournal:
 
     def attempt_settled(self, unproven: list[str], applied: str | None) -> None:
         self.state.unproven, self.state.applied_plan = unproven, applied
+        self._write()
+
+    # -- the pause image (images.py, --pause-image) -----------------------------------
+
+    def pause_image_held(self, previous: str | None) -> None:
+        """Before the agent first writes the pause image key: what it held (None: absent)."""
+        self.state.pause_held, self.state.pause_previous = True, previous
+        self._write()
+
+    def pause_image_released(self) -> None:
+        """The key holds what it held before the agent: nothing of it is the agent's."""
+        self.state.pause_held, self.state.pause_previous = False, None
         self._write()
 
     # -- canaries (proving.py) ---------------------------------------------------------

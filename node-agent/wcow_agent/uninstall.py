@@ -19,6 +19,7 @@ from wcow_agent.attempt import Restarter
 from wcow_agent.canary import Canary
 from wcow_agent.files import read_config, sweep_temp_files, write_atomically
 from wcow_agent.host.interfaces import Host, HostError
+from wcow_agent.images import with_pause_image
 from wcow_agent.merge import MergeResult
 from wcow_agent.state import AgentState, Paths, load_state, text_hash
 
@@ -88,6 +89,9 @@ class Uninstaller:
         original = read_config(paths.config)
         pristine = read_config(paths.pristine) if paths.pristine.exists() else None
         result = merge_on_host(original, {}, state, self._containerd_version_or_none(), pristine)
+        if state.pause_held:  # the pause image key as it was before the agent set it
+            text = with_pause_image(result.text, result.version, state.pause_previous)
+            result = replace(result, text=text)
         delete = state.created_config and self._is_containerd_default(result.text)
         if result.changed(original) or delete:
             if delete:
@@ -96,6 +100,8 @@ class Uninstaller:
             else:
                 write_atomically(paths.config, result.text)
                 done.append(f"removed {', '.join(result.removed) or 'the agent'}'s tables")
+                if state.pause_held:
+                    done.append(f"put the pause image back to {state.pause_previous or 'default'}")
             came_up, why = self.restart(report, "uninstall")
             if not came_up:
                 write_atomically(paths.config, original, backup=False)

@@ -127,6 +127,10 @@ class FakeNode:
         self.vm_processors: int | None = None  # what the VM really gets, if not as asked
         self.vm_memory_mb: int | None = None
         self.dump_calls: list[str] = []
+        self.images: dict[str, str] = {}  # reference -> os.version of what was pulled
+        self.image_builds: dict[str, str] = {}  # reference -> os.version a pull gets
+        self.pull_fails: dict[str, str] = {}  # reference -> what the pull answers
+        self.container_ops: list[tuple[str, str]] = []
         self.written_texts: list[str] = []
         self.computecore = FakeComputeCore(self)
 
@@ -162,6 +166,8 @@ class FakeNode:
         restart_timeout: float = 60.0,
         adopt: frozenset[str] | set[str] = frozenset(),
         host: Host | None = None,
+        canary_images: Mapping[str, str] | None = None,
+        pause_image: str | None = None,
     ) -> NodeAgent:
         return NodeAgent(
             host or self.host(),
@@ -171,6 +177,8 @@ class FakeNode:
             clock=self.clock,
             sleep=self.clock.sleep,
             adopt=adopt,
+            canary_images=canary_images,
+            pause_image=pause_image,
         )
 
     def canary_sandboxes(self) -> list[Sandbox]:
@@ -428,7 +436,39 @@ class FakeCrictl:
         return self._ok(f"Removed sandbox {sandbox.id}\n")
 
     def _pull(self, args: list[str], timeout: float) -> Completed:
+        (image,) = args
+        problem = self.node.pull_fails.get(image)
+        if problem:
+            return self._fatal(f"pulling image: {problem}")
+        self.node.images.setdefault(image, self.node.image_builds.get(image, self._host()))
         return self._ok(f"Image is up to date for sha256:{'ab' * 32}\n")
+
+    def _host(self) -> str:
+        return f"10.0.{self.node.build}.1"
+
+    def _inspecti(self, args: list[str], timeout: float) -> Completed:
+        assert args[:2] == ["-o", "json"], args
+        image = args[2]
+        if image not in self.node.images:
+            return self._fatal(f'no such image \\"{image}\\" present')
+        repo = image.rsplit(":", 1)[0]
+        document = wire(
+            "crictl-inspecti.json", OS_VERSION=self.node.images[image], IMAGE=image, REPO=repo
+        )
+        return self._ok(json.dumps(document, indent=2))
+
+    def _stop(self, args: list[str], timeout: float) -> Completed:
+        (container_id,) = args
+        self.node.container_ops.append(("stop", container_id))
+        return self._ok(container_id + "\n")
+
+    def _rm(self, args: list[str], timeout: float) -> Completed:
+        assert args[0] == "--force", args
+        container_id = args[1]
+        self.node.container_ops.append(("rm", container_id))
+        for sandbox in self.node.sandboxes.values():
+            sandbox.containers.pop(container_id, None)
+        return self._ok(container_id + "\n")
 
     def _create(self, args: list[str], timeout: float) -> Completed:
         sandbox_id, container_path, sandbox_path = args

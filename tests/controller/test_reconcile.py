@@ -390,6 +390,29 @@ def test_node_counts_and_failures_come_from_agents_and_labels() -> None:
     assert "n2: CanaryTimeout" in nodes_ready["message"]
 
 
+def test_nodes_whose_pause_image_boots_another_guest_build_are_named_not_counted() -> None:
+    """A node pool of another guest build (its agent says Failed, GuestBuildUnsupported: the
+    handler is applied, but the node's pause image boots another build) keeps the profile
+    Ready on its own pool, and the profile and ``kubectl get wrp`` say which nodes and why."""
+    nodes = [
+        windows_node("n1", {"hv": ("Ready", "CanaryPassed")}, ready=("hv",)),
+        windows_node("n2", {"hv": ("Failed", "GuestBuildUnsupported")}),
+    ]
+    outcome = run(observed(profile_body("hv"), nodes=nodes))
+    status = outcome.statuses["hv"]
+    assert status["nodes"] == {"eligible": 1, "ready": 1, "failed": 0}
+    assert status["failures"] == [
+        {"node": "n2", "reason": "GuestBuildUnsupported", "message": "GuestBuildUnsupported on n2"}
+    ]
+    assert condition(outcome, "hv", "Ready")["status"] == "True"
+    message = condition(outcome, "hv", "NodesReady")["message"]
+    assert "1 Windows nodes cannot run it (GuestBuildUnsupported: see failures)" in message
+    # Only such nodes: no eligible node, and the reason is said.
+    alone = run(observed(profile_body("hv"), nodes=nodes[1:]))
+    assert condition(alone, "hv", "NodesReady")["reason"] == "NoEligibleNodes"
+    assert "GuestBuildUnsupported" in condition(alone, "hv", "NodesReady")["message"]
+
+
 def test_nodes_whose_containerd_drops_a_setting_are_named_in_the_failures() -> None:
     """A node whose containerd line cannot honour the handler (its agent says NotEligible,
     ContainerdTooOld) is not counted as eligible, but the profile says which nodes and why,

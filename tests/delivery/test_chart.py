@@ -131,6 +131,11 @@ MATRIX: dict[str, dict[str, Any]] = {
             "nodeSelector": {"node.kubernetes.io/windows-build": "10.0.20348"},
             "env": [{"name": "WCOW_LOG_LEVEL", "value": "DEBUG"}],
             "extraArgs": ["--crictl=C:\\k\\crictl.exe", "--log-level=DEBUG"],
+            "pauseImage": "registry.example.com/pause:3.9-ltsc2019",
+            "canaryImages": {
+                "10.0.17763": "mcr.microsoft.com/windows/nanoserver:1809",
+                "10.0.20348": "mcr.microsoft.com/windows/nanoserver:ltsc2022",
+            },
         }
     },
     "names-and-labels": {
@@ -482,6 +487,11 @@ def test_agent_args_are_accepted_by_wcow_agent() -> None:
     assert args.command == "run"
     assert args.crictl == "C:\\k\\crictl.exe"  # agent.extraArgs reach the agent
     assert args.log_level == "DEBUG"
+    assert args.pause_image == "registry.example.com/pause:3.9-ltsc2019"
+    assert sorted(args.canary_image) == [  # agent.canaryImages reach the agent
+        ("10.0.17763", "mcr.microsoft.com/windows/nanoserver:1809"),
+        ("10.0.20348", "mcr.microsoft.com/windows/nanoserver:ltsc2022"),
+    ]
 
 
 def test_operator_only_install_has_no_agent_objects() -> None:

@@ -105,14 +105,19 @@ def running_fleet(
     faults: tuple[str, ...] = (),
     restart_seconds: float = 0.05,
     canary_seconds: float = 0.05,
+    pause_build: str | None = None,
 ) -> Iterator[Fleet]:
-    """Simulated nodes named ``<prefix>1..N``; their Nodes are deleted afterwards."""
+    """Simulated nodes named ``<prefix>1..N``; their Nodes are deleted afterwards.
+    ``pause_build``: the build of the pause image the nodes pull (default: the host's)."""
     options = FleetOptions(
         nodes=nodes,
         namespace=namespace,
         name_prefix=prefix,
         settings=HostSettings(
-            hyperv=hyperv, restart_seconds=restart_seconds, canary_seconds=canary_seconds
+            hyperv=hyperv,
+            restart_seconds=restart_seconds,
+            canary_seconds=canary_seconds,
+            pause_build=pause_build,
         ),
         faults=[parse_fault(text) for text in faults],
         retry_seconds=2.0,

@@ -14,8 +14,27 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.e2e.operator_harness import installed_crd, namespace, table_cells, wait_for
-from tests.fleet.harness import raw, whole_loop
+from tests.e2e.operator_harness import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    condition,
+    installed_crd,
+    namespace,
+    profile,
+    profiles_cleaned_up,
+    table_cells,
+    wait_for,
+)
+from tests.fleet.harness import (
+    View,
+    handler_states,
+    raw,
+    running_fleet,
+    running_operator,
+    whole_loop,
+)
+from wcow_contract.labels import READY_VALUE, ready_label
 
 pytestmark = pytest.mark.e2e
 
@@ -35,6 +54,63 @@ def test_whole_loop_on_a_simulated_fleet(
             NODES,
             table=lambda name: table_cells(kube, name),
         )
+
+
+def test_a_node_pool_whose_pause_image_is_of_another_build(
+    kube: client.ApiClient, kubeconfig: Path, prefix: str, tmp_path: Path
+) -> None:
+    """Node pools per guest build (issue 19): on WS2022 hosts, one pool pulls a pause image
+    of 10.0.17763, the other the host's. Each pool says which guest build it boots (agent
+    status and label); a Hyper-V class of the other build is Failed there with
+    GuestBuildUnsupported, listed on the profile and in ``kubectl get wrp``, while the
+    profile stays Ready on its own pool."""
+    hv22, hv19 = f"{prefix}-g22", f"{prefix}-g19"
+    custom = client.CustomObjectsApi(kube)
+    with (
+        installed_crd(kube),
+        namespace(kube, f"{prefix}-ns") as ns,
+        running_operator(
+            kubeconfig, ns, tmp_path / "operator.log", "--max-unavailable", "100%"
+        ) as operator,
+        running_fleet(kubeconfig, tmp_path / "a", ns, f"{prefix}a", 1) as pool22,
+        running_fleet(
+            kubeconfig, tmp_path / "b", ns, f"{prefix}b", 2, pause_build="10.0.17763"
+        ) as pool19,
+        profiles_cleaned_up(kube, [hv22, hv19]),
+    ):
+        view = View(kube, [pool22, pool19])
+        for body in (
+            profile(hv22, isolation="HyperV", windowsBuild="ltsc2022"),
+            profile(hv19, isolation="HyperV", windowsBuild="ltsc2019"),
+        ):
+            custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+
+        body = operator.until(f"{hv22} counted", lambda: view.settled(hv22, 1, 1, 0))
+        assert (condition(body, "Ready") or {}).get("status") == "True", body["status"]
+        failures = body["status"]["failures"]
+        assert sorted(f["node"] for f in failures) == sorted(pool19.nodes)
+        assert {f["reason"] for f in failures} == {"GuestBuildUnsupported"}
+        assert "10.0.17763" in failures[0]["message"]
+        assert "guest build 10.0.20348" in failures[0]["message"]
+        assert "GuestBuildUnsupported" in (condition(body, "NodesReady") or {})["message"]
+        cells = table_cells(kube, hv22)
+        assert cells["Not Ready Because"] == "GuestBuildUnsupported"
+        assert cells["Ready Nodes"] == 1
+        body = operator.until(f"{hv19} counted", lambda: view.settled(hv19, 2, 2, 0))
+        assert [f["node"] for f in body["status"]["failures"]] == list(pool22.nodes)
+
+        label = "node.runtime.wcow.dev/guest-build-"
+        for name in pool19.nodes:
+            assert handler_states(view, name)[hv22] == ("Failed", "GuestBuildUnsupported")
+            assert ready_label(hv22) not in view.labels(name)
+            assert view.labels(name)[ready_label(hv19)] == READY_VALUE
+            assert view.labels(name).get(f"{label}17763") == "true"
+            assert f"{label}20348" not in view.labels(name)
+            assert (view.agent_status(name) or {})["guestBuilds"] == ["10.0.17763"]
+        for name in pool22.nodes:
+            assert handler_states(view, name)[hv19] == ("Failed", "GuestBuildUnsupported")
+            assert view.labels(name).get(f"{label}20348") == "true"
+            assert view.labels(name)[ready_label(hv22)] == READY_VALUE
 
 
 def test_simulate_command_registers_nodes_and_deletes_them_on_sigterm(

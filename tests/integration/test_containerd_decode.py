@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli_w
 
 from tests.conftest import ROOT, SAMPLES
 from wcow_agent.cli import main as agent_main
 from wcow_agent.eligibility import Host, classify_handlers
+from wcow_agent.images import SANDBOX_IMAGE_KEYS, with_pause_image
 from wcow_agent.plan import load_plan
 from wcow_contract.runhcs_options import RUNHCS_OPTIONS
 from wcow_contract.runtime_table import RUNTIMES_PATH
@@ -42,6 +44,7 @@ pytestmark = pytest.mark.skipif(
 TOOLS = ROOT / "tools" / "containerd-decode"
 FIXTURES = ROOT / "tests" / "fixtures" / "configs"
 HOST_BUILD = "10.0.20348"
+PAUSE = "registry.example.com/pause:3.10@sha256:" + "ab" * 32
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ LINES = {
         TOOLS / "v1.7",
         "github.com/containerd/containerd",
         "github.com/pelletier/go-toml",
-        ("TestRenderedFragmentV2", "TestMergedConfig", "TestEveryKnownOption"),
+        ("TestRenderedFragmentV2", "TestMergedConfig", "TestEveryKnownOption", "TestPauseImage"),
         "v2-containerd-1.7-default.toml",
         2,
         "1.7",
@@ -76,6 +79,7 @@ LINES = {
             "TestRenderedFragmentV2Migrated",
             "TestMergedConfig",
             "TestEveryKnownOption",
+            "TestPauseImage",
         ),
         "v3-containerd-2.0-default.toml",
         3,
@@ -180,6 +184,9 @@ def test_every_rendered_handler_decodes_in_containerd(
     expect.write_text(json.dumps({"handlers": merged}), encoding="utf-8")
     known = tmp_path / "every-option.json"
     known.write_text(json.dumps(every_known_option()), encoding="utf-8")
+    paused = tmp_path / "paused.toml"
+    text = config.read_text(encoding="utf-8")
+    paused.write_text(with_pause_image(text, spec.version, PAUSE), encoding="utf-8")
 
     code, actions, output = go_test(
         spec.module,
@@ -188,6 +195,8 @@ def test_every_rendered_handler_decodes_in_containerd(
             "WCOW_MERGED_CONFIG": str(config),
             "WCOW_MERGED_EXPECT": str(expect),
             "WCOW_KNOWN_OPTIONS": str(known),
+            "WCOW_PAUSE_CONFIG": str(paused),
+            "WCOW_PAUSE_IMAGE": PAUSE,
         },
     )
     assert code == 0, output
@@ -195,6 +204,43 @@ def test_every_rendered_handler_decodes_in_containerd(
         assert actions.get(test) == "pass", f"{test}: {actions.get(test)}\n{output}"
     skipped = sorted(test for test, action in actions.items() if action == "skip")
     assert not skipped, f"skipped: {skipped}\n{output}"
+
+
+@pytest.mark.parametrize(
+    ("line", "fixture", "version"),
+    [
+        ("1.7", "v2-containerd-1.7-default.toml", 2),
+        ("2", "v3-containerd-2.0-default.toml", 3),
+        ("2", "v2-containerd-1.7-default.toml", 2),  # a 1.7 node's file, migrated by 2.x
+    ],
+)
+def test_the_pause_image_the_agent_sets_is_the_one_containerd_runs(
+    line: str, fixture: str, version: int, tmp_path: Path
+) -> None:
+    """``--pause-image`` writes the key of the file's schema (images.SANDBOX_IMAGE_KEYS);
+    containerd's own loading must read that image from it, and not from a key of the other
+    schema (which proves the check can fail)."""
+    spec = LINES[line]
+    text = (FIXTURES / fixture).read_text(encoding="utf-8")
+    paused = tmp_path / "paused.toml"
+    paused.write_text(with_pause_image(text, version, PAUSE), encoding="utf-8")
+    run = ("-run", "^TestPauseImage$")
+    env = {"WCOW_PAUSE_CONFIG": str(paused), "WCOW_PAUSE_IMAGE": PAUSE}
+    code, actions, output = go_test(spec.module, env, *run)
+    assert code == 0, output
+    assert actions.get("TestPauseImage") == "pass", output
+
+    wrong = tomllib.loads(text)
+    other = SANDBOX_IMAGE_KEYS[3 if version == 2 else 2]
+    node = wrong
+    for key in other[:-1]:
+        node = node.setdefault(key, {})
+    node[other[-1]] = PAUSE
+    paused.write_text(tomli_w.dumps(wrong), encoding="utf-8")
+    code, actions, output = go_test(spec.module, env, *run)
+    assert code != 0, output
+    assert actions.get("TestPauseImage") == "fail", output
+    assert f'not the "{PAUSE}" the agent set' in output, output
 
 
 @pytest.mark.parametrize("line", sorted(LINES))

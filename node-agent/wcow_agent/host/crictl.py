@@ -119,6 +119,15 @@ class CrictlCri:
     def pull_image(self, image: str, timeout: float) -> None:
         self._run(["pull", image], timeout)
 
+    def image_os_version(self, image: str, timeout: float) -> str | None:
+        try:
+            document = self._json(["inspecti", "-o", "json", image], timeout)
+        except CriError as error:
+            if "no such image" in str(error):  # cri-tools inspecti: image status without image
+                return None
+            raise
+        return parse_image_os_version(document, image)
+
     def create_container(
         self,
         sandbox_id: str,
@@ -137,6 +146,29 @@ class CrictlCri:
     def exec_sync(self, container_id: str, command: Sequence[str], timeout: float) -> str:
         seconds = str(max(1, math.ceil(timeout)))
         return self._run(["exec", "--sync", "--timeout", seconds, container_id, *command], timeout)
+
+    def stop_container(self, container_id: str, timeout: float) -> None:
+        self._run(["stop", container_id], timeout, steady=True)
+
+    def remove_container(self, container_id: str, timeout: float) -> None:
+        self._run(["rm", "--force", container_id], timeout, steady=True)
+
+
+def parse_image_os_version(document: Any, image: str) -> str:
+    """``os.version`` from ``crictl inspecti -o json``: containerd's verbose image status
+    carries the image config as ``info.imageSpec`` (1.7 ``pkg/cri/server/image_status.go``,
+    2.x ``internal/cri/server/images/image_status.go`` ``verboseImageInfo``; the OCI config's
+    platform fields inline, so ``os.version`` sits beside ``os``)."""
+    if isinstance(document, list):  # several images: crictl prints a list
+        document = document[0] if document else {}
+    info = document.get("info") if isinstance(document, dict) else None
+    spec = info.get("imageSpec") if isinstance(info, dict) else None
+    if not isinstance(spec, dict):
+        raise CriError(f"crictl inspecti {image}: no image config in the verbose status")
+    version = spec.get("os.version") or ""
+    if not isinstance(version, str) or len(version) > 64:
+        raise CriError(f"crictl inspecti {image}: os.version is not a version: {version!r:.80}")
+    return version
 
 
 def _last_line(output: str, command: str) -> str:

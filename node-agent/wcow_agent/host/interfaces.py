@@ -115,7 +115,16 @@ class Cri(Protocol):
 
     def remove_pod_sandbox(self, sandbox_id: str, timeout: float) -> None: ...
 
-    def pull_image(self, image: str, timeout: float) -> None: ...
+    def pull_image(self, image: str, timeout: float) -> None:
+        """CRI ``PullImage``, as the kubelet asks for a pod's image (containerd chooses the
+        manifest of an index for the host's build: docs/images.md, section 1)."""
+        ...
+
+    def image_os_version(self, image: str, timeout: float) -> str | None:
+        """The ``os.version`` of the image containerd holds under this reference (CRI
+        ``ImageStatus``, verbose: the image config containerd reports), "" when its config
+        has none; None when containerd holds no such image."""
+        ...
 
     def create_container(
         self,
@@ -130,6 +139,10 @@ class Cri(Protocol):
     def exec_sync(self, container_id: str, command: Sequence[str], timeout: float) -> str:
         """Run a command in a container and return its standard output."""
         ...
+
+    def stop_container(self, container_id: str, timeout: float) -> None: ...
+
+    def remove_container(self, container_id: str, timeout: float) -> None: ...
 
 
 class Hcs(Protocol):

@@ -263,29 +263,15 @@ def add_parser(commands: Any) -> None:
     simulate.add_argument(
         "--kubeconfig", default=None, help="default: KUBECONFIG or ~/.kube/config"
     )
-    simulate.add_argument("--host-build", default="10.0.20348", metavar="10.0.N")
-    simulate.add_argument(
-        "--hyperv",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="whether the hosts can run Hyper-V isolation (default yes)",
-    )
-    simulate.add_argument("--containerd-version", default="1.7.20")
-    simulate.add_argument("--logical-processors", type=int, default=8)
-    simulate.add_argument(
-        "--restart-seconds", type=float, default=1.0, help="how long a containerd restart takes"
-    )
-    simulate.add_argument(
-        "--canary-seconds", type=float, default=0.5, help="how long a canary sandbox takes to start"
-    )
+    _add_host_settings(simulate)
     simulate.add_argument(
         "--fault",
         action="append",
         default=[],
         metavar="KIND[=VALUE][@NODES]",
         help="canary-fail[=HANDLER], restart-fail[=HANDLER], slow-canary=SECONDS, "
-        "kill-mid-apply[=TIMES]; @NODES is a node name or glob (default: every node). "
-        "Repeatable",
+        "kill-mid-apply[=TIMES], pull-fail[=IMAGE]; @NODES is a node name or glob "
+        "(default: every node). Repeatable",
     )
     simulate.add_argument("--state-dir", default=None, help="nodes' disks (default: a temp dir)")
     simulate.add_argument(
@@ -301,6 +287,32 @@ def add_parser(commands: Any) -> None:
     simulate.set_defaults(func=cmd_simulate)
 
 
+def _add_host_settings(simulate: Any) -> None:
+    """What every simulated host is (``HostSettings``)."""
+    simulate.add_argument("--host-build", default="10.0.20348", metavar="10.0.N")
+    simulate.add_argument(
+        "--hyperv",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="whether the hosts can run Hyper-V isolation (default yes)",
+    )
+    simulate.add_argument(
+        "--pause-build",
+        default=None,
+        metavar="10.0.N",
+        help="the build of the pause image the nodes pull (default: the host's): a node pool "
+        "for Hyper-V pods of that guest build",
+    )
+    simulate.add_argument("--containerd-version", default="1.7.20")
+    simulate.add_argument("--logical-processors", type=int, default=8)
+    simulate.add_argument(
+        "--restart-seconds", type=float, default=1.0, help="how long a containerd restart takes"
+    )
+    simulate.add_argument(
+        "--canary-seconds", type=float, default=0.5, help="how long a canary sandbox takes to start"
+    )
+
+
 def fleet_options(args: argparse.Namespace) -> FleetOptions:
     """The options, checked; ValueError names the flag and the value."""
     if args.nodes < 1:
@@ -309,7 +321,13 @@ def fleet_options(args: argparse.Namespace) -> FleetOptions:
         parse_windows_build(args.host_build)
     except ValueError as error:
         raise ValueError(f"--host-build {args.host_build!r}: {error}") from None
+    if args.pause_build is not None:
+        try:
+            parse_windows_build(args.pause_build)
+        except ValueError as error:
+            raise ValueError(f"--pause-build {args.pause_build!r}: {error}") from None
     settings = HostSettings(
+        pause_build=args.pause_build,
         build=args.host_build,
         hyperv=args.hyperv,
         containerd_version=args.containerd_version,

@@ -50,10 +50,16 @@ from wcow_agent.host.interfaces import (
     Host,
     SandboxStatus,
 )
+from wcow_agent.images import configured_pause_image
 from wcow_agent.merge import BUILTIN_RUNTIMES_1_6, BUILTIN_RUNTIMES_1_7
 from wcow_contract.runhcs_options import LOG_LEVELS, RUNHCS_OPTIONS
 from wcow_contract.runtime_table import RUNTIMES_PATH
-from wcow_contract.windows_builds import WindowsBuild, parse_windows_build
+from wcow_contract.windows_builds import (
+    WindowsBuild,
+    hyperv_can_run,
+    parse_windows_build,
+    process_can_run,
+)
 
 SHIM = "containerd-shim-runhcs-v1.exe"
 # The only shim binary on a simulated host: beside containerd.exe, as the release ships it.
@@ -63,7 +69,14 @@ HCS_E_SYSTEM_NOT_FOUND = 0x8037010E
 DEFAULT_VM_MEMORY_MB = 1024
 MEMORY_ANNOTATION = "io.microsoft.virtualmachine.computetopology.memory.sizeinmb"
 PROCESSOR_ANNOTATION = "io.microsoft.virtualmachine.computetopology.processor.count"
-FAULT_KINDS = ("canary-fail", "restart-fail", "slow-canary", "kill-mid-apply")
+FAULT_KINDS = ("canary-fail", "restart-fail", "slow-canary", "kill-mid-apply", "pull-fail")
+IMAGE_MISMATCH = (
+    "hcs::CreateComputeSystem: The container operating system does not match the host "
+    "operating system."
+)
+# MCR tags name their build; an index of several builds gives the host's entry.
+_TAG_BUILDS = {"ltsc2019": "10.0.17763", "1809": "10.0.17763", "ltsc2022": "10.0.20348"}
+_TAG_BUILDS["ltsc2025"] = "10.0.26100"
 
 
 class SimulatedCrash(BaseException):
@@ -78,7 +91,7 @@ class SimulatedCrash(BaseException):
 class Fault:
     """One ``--fault KIND[=VALUE][@NODES]``: NODES is a node name or a glob (all nodes when
     absent). canary-fail[=HANDLER], restart-fail[=HANDLER], slow-canary=SECONDS,
-    kill-mid-apply[=TIMES]."""
+    kill-mid-apply[=TIMES], pull-fail[=IMAGE]."""
 
     kind: str
     value: str | None = None
@@ -121,6 +134,7 @@ class Faults:
     restart_fail: set[str] = field(default_factory=set)  # handlers; "*" for any agent file
     slow_canary_seconds: float = 0.0
     kills_left: int = 0  # times the agent dies between writing config.toml and restarting
+    pull_fail: set[str] = field(default_factory=set)  # image references; "*" for all
 
     @classmethod
     def for_node(cls, node: str, faults: Sequence[Fault]) -> Faults:
@@ -134,6 +148,8 @@ class Faults:
                 result.restart_fail.add(fault.value or "*")
             elif fault.kind == "slow-canary":
                 result.slow_canary_seconds += float(fault.value or 0)
+            elif fault.kind == "pull-fail":
+                result.pull_fail.add(fault.value or "*")
             else:
                 result.kills_left += int(fault.value or 1)
         return result
@@ -165,6 +181,18 @@ def effective_runtimes(text: str | None, containerd_version: str) -> tuple[dict[
     else:
         runtimes = {**{k: dict(v) for k, v in builtins.items()}, **declared}
     return runtimes, default
+
+
+def effective_pause_image(text: str | None, containerd_version: str) -> str:
+    """The pause image containerd runs with this file: the file's key, else the line's
+    default (1.7 ``pkg/cri/config/config_windows.go``; 2.0 ``internal/cri/config``
+    ``DefaultSandboxImage``)."""
+    named = configured_pause_image(tomllib.loads(text)) if text else None
+    if named:
+        return named
+    if version_tuple(containerd_version)[0] < 2:
+        return "registry.k8s.io/pause:3.8"
+    return "registry.k8s.io/pause:3.10"
 
 
 def load_problem(text: str | None, containerd_version: str) -> str | None:
@@ -324,9 +352,16 @@ class HostSettings:
     logical_processors: int = 8
     restart_seconds: float = 0.0
     canary_seconds: float = 0.0
+    pause_build: str | None = None
+    """The build of the pause image this node pulls (None: the host's, as containerd picks
+    from a multi-build index); another build makes a node pool for that guest build."""
+    image_builds: tuple[tuple[str, str], ...] = ()
+    """(reference, build) of other images; else the build an MCR tag names, else the host's."""
 
     def __post_init__(self) -> None:
         parse_windows_build(self.build)
+        for build in [self.pause_build or self.build, *(b for _, b in self.image_builds)]:
+            parse_windows_build(build)
         line_for(self.containerd_version)
         if self.logical_processors < 1:
             raise ValueError(
@@ -368,6 +403,7 @@ class SimulatedNode:
         self.restarts = 0
         self.sandboxes: dict[str, _Sandbox] = {}
         self.systems: dict[str, dict[str, Any]] = {}
+        self.images: dict[str, str] = {}  # reference pulled -> its build
         self._ids = itertools.count(1)
 
     def record(self, event: str, detail: str = "") -> None:
@@ -376,6 +412,22 @@ class SimulatedNode:
             self.journal.append(entry)
         if self._journal_sink is not None:
             self._journal_sink(entry)
+
+    def image_build(self, image: str) -> str:
+        """The build of what a CRI pull of ``image`` gets on this host."""
+        if image == self.pause_image():
+            return self.settings.pause_build or self.settings.build
+        given = dict(self.settings.image_builds)
+        if image in given:
+            return parse_windows_build(given[image]).label_value
+        tag = image.rsplit("/", 1)[-1].partition("@")[0].rpartition(":")[2]
+        return _TAG_BUILDS.get(tag, parse_windows_build(self.settings.build).label_value)
+
+    def pause_image(self) -> str:
+        """The pause image of the configuration containerd runs."""
+        return effective_pause_image(
+            self.running_text or self.seeded_text, self.settings.containerd_version
+        )
 
     def loaded_runtimes(self) -> dict[str, Any]:
         return effective_runtimes(self.running_text, self.settings.containerd_version)[0]
@@ -439,6 +491,12 @@ class SimulatedContainerd:
             here = here.setdefault(name, {})
         here["default_runtime_name"] = default
         here["runtimes"] = runtimes
+        pause = effective_pause_image(text, version)
+        if schema == 2:
+            dump["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"] = pause
+        else:
+            images = dump["plugins"].setdefault("io.containerd.cri.v1.images", {})
+            images["pinned_images"] = {"sandbox": pause}
         return tomli_w.dumps(dump)
 
     def restart(self, timeout: float) -> None:
@@ -575,6 +633,31 @@ class SimulatedCri:
             )
         if handler in node.faults.canary_fail or "*" in node.faults.canary_fail:
             return f"failed to create containerd task: simulated fault for {handler}"
+        return self._pause_problem(options.get("SandboxIsolation") == 1)
+
+    def _pause_problem(self, hyperv: bool) -> str | None:
+        """The sandbox runs the pause image: process-isolated only on a compatible host
+        build, in a utility VM only when the host is not older (hcsshim boots the VM from it)."""
+        node = self.node
+        image = node.pause_image()
+        problem = self._pull_problem(image)
+        if problem:
+            return f"failed to get sandbox image {image!r}: {problem}"
+        node.images[image] = node.image_build(image)
+        pause, host = (
+            parse_windows_build(node.images[image]),
+            parse_windows_build(node.settings.build),
+        )
+        runs = hyperv_can_run(host, pause) if hyperv else process_can_run(host, pause)
+        return None if runs else f"failed to create containerd task: {IMAGE_MISMATCH}"
+
+    def _pull_problem(self, image: str) -> str | None:
+        wanted = self.node.faults.pull_fail
+        if image in wanted or "*" in wanted:
+            return (
+                f"rpc error: code = NotFound desc = failed to pull and unpack image {image!r}: "
+                "simulated fault: not found"
+            )
         return None
 
     def _get(self, sandbox_id: str) -> _Sandbox:
@@ -615,6 +698,17 @@ class SimulatedCri:
 
     def pull_image(self, image: str, timeout: float) -> None:
         self._up()
+        problem = self._pull_problem(image)
+        if problem:
+            self.node.record("pull-failed", image)
+            raise CriError(f"crictl pull failed: pulling image: {problem}")
+        self.node.record("pulled", image)
+        self.node.images[image] = self.node.image_build(image)
+
+    def image_os_version(self, image: str, timeout: float) -> str | None:
+        self._up()
+        build = self.node.images.get(image)
+        return None if build is None else f"{build}.1"
 
     def create_container(
         self,
@@ -624,8 +718,22 @@ class SimulatedCri:
         timeout: float,
     ) -> str:
         self._up()
+        owner = self._get(sandbox_id)
+        image = str((container.get("image") or {}).get("image", ""))
+        build = self.node.images.get(image)
+        if build is None:
+            raise CriError(f"crictl create failed: image {image!r} not found")
+        # The container runs against the VM's kernel (the pause image's build) or the host's.
+        vm = self.node.systems.get(f"{sandbox_id}@vm")
+        kernel = self.node.image_build(self.node.pause_image()) if vm else None
+        kernel = kernel or self.node.settings.build
+        if parse_windows_build(build).number != parse_windows_build(kernel).number and (
+            vm or not process_can_run(parse_windows_build(kernel), parse_windows_build(build))
+        ):
+            raise CriError(f"crictl create failed: {IMAGE_MISMATCH}")
         container_id = f"{next(self.node._ids):064x}"
-        self._get(sandbox_id).containers.add(container_id)
+        owner.containers.add(container_id)
+        self.node.record("container-created", image)
         return container_id
 
     def start_container(self, container_id: str, timeout: float) -> None:
@@ -643,6 +751,18 @@ class SimulatedCri:
             count = vm["_size"].processors if vm else self.node.settings.logical_processors
             return f"{count}\r\n"
         raise CriError(f"crictl exec: the simulated container runs no {list(command)!r}")
+
+    def stop_container(self, container_id: str, timeout: float) -> None:
+        self._up()
+
+    def remove_container(self, container_id: str, timeout: float) -> None:
+        self._up()
+        for sandbox in list(self.node.sandboxes.values()):
+            if container_id in sandbox.containers:
+                sandbox.containers.discard(container_id)
+                self.node.record("container-removed", container_id)
+                return
+        raise CriError(f'crictl rm: container "{container_id}" not found')
 
 
 class SimulatedHcs:

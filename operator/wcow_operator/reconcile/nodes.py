@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from wcow_contract.agent_status import parse_agent_status
+from wcow_contract.agent_status import GUEST_BUILD_UNSUPPORTED, parse_agent_status
 from wcow_contract.labels import READY_VALUE, ready_label
 from wcow_contract.v1alpha1 import NodeFailure
 from wcow_contract.windows_builds import (
@@ -37,7 +37,7 @@ from wcow_operator.reconcile.rollout import NodeReport
 MAX_FAILURES = 5
 # NotEligible reasons that a platform team can act on (the node's containerd drops settings
 # the handler needs): listed with the failures, though the node is not counted as eligible.
-ACTIONABLE_INELIGIBILITY = frozenset({"ContainerdTooOld"})
+ACTIONABLE_INELIGIBILITY = frozenset({"ContainerdTooOld", GUEST_BUILD_UNSUPPORTED})
 INCONSISTENT = "ReportInconsistent"
 
 
@@ -155,6 +155,12 @@ def contribution(node: ObservedNode) -> Contribution:
             if entry.reason in ACTIONABLE_INELIGIBILITY:
                 note = NodeFailure(node=node.name, reason=entry.reason, message=entry.message)
                 standings[handler] = HandlerStanding(False, note, eligible=False)
+            continue
+        if entry.state == "Failed" and entry.reason == GUEST_BUILD_UNSUPPORTED:
+            # Applied, but this node's pause image boots another guest build: a node pool
+            # for another class. Listed, not counted against the profile's own nodes.
+            note = NodeFailure(node=node.name, reason=entry.reason, message=entry.message)
+            standings[handler] = HandlerStanding(False, note, eligible=False)
             continue
         if wrong:
             note = NodeFailure(node=node.name, reason=INCONSISTENT, message=wrong)

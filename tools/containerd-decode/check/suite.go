@@ -17,6 +17,10 @@ const (
 	EnvRendered = "WCOW_RENDERED"
 	// EnvMergedConfig is a whole config.toml written by `wcow-agent merge --write`.
 	EnvMergedConfig = "WCOW_MERGED_CONFIG"
+	// EnvPauseConfig is a config.toml in which `wcow-agent run --pause-image` set the
+	// pause image, and EnvPauseImage that image.
+	EnvPauseConfig = "WCOW_PAUSE_CONFIG"
+	EnvPauseImage  = "WCOW_PAUSE_IMAGE"
 	// EnvMergedExpect is a JSON file in plan.json's shape ({"handlers": {h: {"runtime":
 	// {"runtime_type", "options"}}}}) with the handlers the merged file holds, as another
 	// TOML parser (Python's tomllib) read them.
@@ -213,4 +217,27 @@ func ExpectProblem(t *testing.T, line Line, rt Runtime, key string) {
 	}
 	t.Errorf("%s: no problem reported about %q for options %s (problems: %q)",
 		line.Name(), key, canonical(rt.Options), problems)
+}
+
+// PauseLine is a line that also reads the pause (sandbox) image its CRI plugin runs with.
+type PauseLine interface {
+	Line
+	// LoadSandboxImage loads a config.toml as LoadRuntimes does and returns the pause image
+	// the CRI plugin decoded from it.
+	LoadSandboxImage(path string) (string, error)
+}
+
+// PauseImage loads the config.toml the agent wrote with --pause-image and checks that the
+// line's own decoding of it yields that image (the key the agent wrote is the one read).
+func PauseImage(t *testing.T, line PauseLine) {
+	t.Helper()
+	config := env(t, EnvPauseConfig, "a config.toml where the agent set the pause image")
+	want := env(t, EnvPauseImage, "the pause image the agent set")
+	got, err := line.LoadSandboxImage(config)
+	if err != nil {
+		t.Fatalf("%s: %v", line.Name(), err)
+	}
+	if got != want {
+		t.Errorf("%s runs sandboxes from %q, not the %q the agent set", line.Name(), got, want)
+	}
 }

@@ -30,6 +30,33 @@ func (Line) Name() string { return "containerd 1.7" }
 // built here with the Type, ID and Config of pkg/cri/cri.go's init, instead of importing
 // pkg/cri (which would compile the whole CRI server for one struct).
 func (Line) LoadRuntimes(path string) (map[string]check.Runtime, error) {
+	cri, err := loadCRI(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]check.Runtime{}
+	for name, rt := range cri.ContainerdConfig.Runtimes {
+		out[name] = check.Runtime{
+			Type:                 rt.Type,
+			PodAnnotations:       rt.PodAnnotations,
+			ContainerAnnotations: rt.ContainerAnnotations,
+			Options:              rt.Options,
+		}
+	}
+	return out, nil
+}
+
+// LoadSandboxImage is PluginConfig.SandboxImage (`sandbox_image`) as loaded above: what
+// pkg/cri/server/sandbox_run.go pulls and runs each pod sandbox from.
+func (Line) LoadSandboxImage(path string) (string, error) {
+	cri, err := loadCRI(path)
+	if err != nil {
+		return "", err
+	}
+	return cri.SandboxImage, nil
+}
+
+func loadCRI(path string) (*criconfig.PluginConfig, error) {
 	config := &srvconfig.Config{Version: 1}
 	if err := srvconfig.LoadConfig(path, config); err != nil {
 		return nil, err
@@ -44,16 +71,7 @@ func (Line) LoadRuntimes(path string) (map[string]check.Runtime, error) {
 	if !ok {
 		return nil, fmt.Errorf("the CRI plugin's config decoded to %T", decoded)
 	}
-	out := map[string]check.Runtime{}
-	for name, rt := range cri.ContainerdConfig.Runtimes {
-		out[name] = check.Runtime{
-			Type:                 rt.Type,
-			PodAnnotations:       rt.PodAnnotations,
-			ContainerAnnotations: rt.ContainerAnnotations,
-			Options:              rt.Options,
-		}
-	}
-	return out, nil
+	return cri, nil
 }
 
 // Decode is the runhcs branch of pkg/cri/server/helpers.go generateRuntimeOptions (and the

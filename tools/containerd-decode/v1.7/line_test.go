@@ -14,6 +14,9 @@ func TestRenderedFragmentV2(t *testing.T) { check.RenderedFragment(t, Line{}, 2)
 // A containerd 1.7 config.toml with the plan merged in by the agent.
 func TestMergedConfig(t *testing.T) { check.MergedConfig(t, Line{}) }
 
+// A config.toml where the agent set the pause image (--pause-image): sandbox_image.
+func TestPauseImage(t *testing.T) { check.PauseImage(t, Line{}) }
+
 // Every option of the project's table (RUNHCS_OPTIONS) is a field of this line's Options.
 func TestEveryKnownOption(t *testing.T) { check.KnownOptions(t, Line{}) }
 

@@ -21,6 +21,9 @@ import (
 	// Registers the CRI runtime config plugin (io.containerd.cri.v1.runtime): its default
 	// config and its migration of version-2 `io.containerd.grpc.v1.cri` tables.
 	_ "github.com/containerd/containerd/v2/plugins/cri/runtime"
+	// Registers the CRI images plugin (io.containerd.cri.v1.images): pinned_images, and the
+	// migration of a version-2 sandbox_image.
+	_ "github.com/containerd/containerd/v2/plugins/cri/images"
 
 	"wcow.dev/tools/containerd-decode/check"
 )
@@ -38,8 +41,13 @@ func (Line) Name() string {
 // decodes a file into the registration's own Config once per process; the tests load several
 // files in one process, so each load decodes into a fresh copy of the pristine default
 // (written out and read back with containerd's go-toml, as `config default` output would be).
-var criRuntime, pristine = func() (plugin.Registration, []byte) {
-	uri := string(plugins.CRIServicePlugin) + ".runtime"
+var criRuntime, pristine = registered(string(plugins.CRIServicePlugin) + ".runtime")
+
+// The CRI images plugin (io.containerd.cri.v1.images): its config holds pinned_images, and
+// its migration moves a version-2 sandbox_image there.
+var criImages, pristineImages = registered(string(plugins.CRIServicePlugin) + ".images")
+
+func registered(uri string) (plugin.Registration, []byte) {
 	for _, r := range registry.Graph(func(*plugin.Registration) bool { return false }) {
 		if r.URI() == uri {
 			text, err := toml.Marshal(r.Config)
@@ -50,7 +58,7 @@ var criRuntime, pristine = func() (plugin.Registration, []byte) {
 		}
 	}
 	panic(uri + " is not registered")
-}()
+}
 
 // LoadRuntimes does what `containerd config dump` does on 2.x (cmd/containerd/command/
 // config.go dumpConfig and outputConfig, unexported): srvconfig.LoadConfig over a default of
@@ -58,6 +66,34 @@ var criRuntime, pristine = func() (plugin.Registration, []byte) {
 // older, then srvconfig.Config.Decode of the CRI runtime plugin's table into its config.
 // That config's type is internal to containerd, so its runtimes are read by reflection.
 func (Line) LoadRuntimes(path string) (map[string]check.Runtime, error) {
+	decoded, err := load(path, criRuntime, pristine)
+	if err != nil {
+		return nil, err
+	}
+	return runtimesOf(decoded)
+}
+
+// LoadSandboxImage is the images plugin's PinnedImages["sandbox"] as loaded above: what
+// internal/cri/server/podsandbox/sandbox_run.go asks for as PinnedImage("sandbox").
+func (Line) LoadSandboxImage(path string) (string, error) {
+	decoded, err := load(path, criImages, pristineImages)
+	if err != nil {
+		return "", err
+	}
+	v := reflect.ValueOf(decoded)
+	for v.Kind() == reflect.Pointer {
+		v = v.Elem()
+	}
+	pinned, ok := v.FieldByName("PinnedImages").Interface().(map[string]string)
+	if !ok {
+		return "", fmt.Errorf("%T has no PinnedImages map", decoded)
+	}
+	return pinned["sandbox"], nil
+}
+
+// load reads a config.toml as `containerd config dump` does and decodes one plugin's table
+// into a fresh copy of its registered default.
+func load(path string, r plugin.Registration, defaults []byte) (any, error) {
 	ctx := context.Background()
 	config := &srvconfig.Config{Version: version.ConfigVersion}
 	if err := srvconfig.LoadConfig(ctx, path, config); err != nil {
@@ -72,15 +108,15 @@ func (Line) LoadRuntimes(path string) (map[string]check.Runtime, error) {
 			}
 		}
 	}
-	fresh := reflect.New(reflect.TypeOf(criRuntime.Config).Elem()).Interface()
-	if err := toml.Unmarshal(pristine, fresh); err != nil {
-		return nil, fmt.Errorf("reading back the default config of %s: %w", criRuntime.URI(), err)
+	fresh := reflect.New(reflect.TypeOf(r.Config).Elem()).Interface()
+	if err := toml.Unmarshal(defaults, fresh); err != nil {
+		return nil, fmt.Errorf("reading back the default config of %s: %w", r.URI(), err)
 	}
-	decoded, err := config.Decode(ctx, criRuntime.URI(), fresh)
+	decoded, err := config.Decode(ctx, r.URI(), fresh)
 	if err != nil {
-		return nil, fmt.Errorf("decoding %s: %w", criRuntime.URI(), err)
+		return nil, fmt.Errorf("decoding %s: %w", r.URI(), err)
 	}
-	return runtimesOf(decoded)
+	return decoded, nil
 }
 
 // runtimesOf reads ContainerdConfig.Runtimes (map[string]Runtime{Type, PodAnnotations,

@@ -18,6 +18,10 @@ func TestRenderedFragmentV2Migrated(t *testing.T) { check.RenderedFragment(t, Li
 // A containerd 2.x config.toml (version 3) with the plan merged in by the agent.
 func TestMergedConfig(t *testing.T) { check.MergedConfig(t, Line{}) }
 
+// A config.toml where the agent set the pause image (--pause-image): pinned_images.sandbox
+// of io.containerd.cri.v1.images (or a version-2 sandbox_image, migrated there).
+func TestPauseImage(t *testing.T) { check.PauseImage(t, Line{}) }
+
 // Every option of the project's table (RUNHCS_OPTIONS) is a field of this line's Options.
 func TestEveryKnownOption(t *testing.T) { check.KnownOptions(t, Line{}) }
 
