@@ -500,9 +500,7 @@ def serve(args: argparse.Namespace, loop: AgentLoop) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_FAILED
     metrics_server, _ = start_http_server(args.metrics_port, registry=loop.metrics.registry)
-    health_server = HealthServer(
-        args.health_port, live=loop.health.liveness, ready=loop.health.readiness
-    )
+    health_server = HealthServer(args.health_port, live=loop.health.liveness, ready=loop.readiness)
     health_server.start()
     loop.ports = {"metrics": int(metrics_server.server_address[1]), "health": health_server.port}
     log.info(

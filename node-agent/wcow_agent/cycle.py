@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 
-from wcow_agent import gate
+from wcow_agent import gate, pausing
 from wcow_agent.agent import (
     CycleReport,
     HandlerOutcome,
@@ -36,12 +36,7 @@ from wcow_agent.eligibility import classify_handlers
 from wcow_agent.files import read_config, sweep_temp_files
 from wcow_agent.gate import Pace
 from wcow_agent.host.interfaces import ContainerdError, Host, HostError
-from wcow_agent.images import (
-    PauseImages,
-    held_pause_image,
-    wanted_pause_image,
-    with_pause_image,
-)
+from wcow_agent.images import PauseImage, PauseImages, held_pause_image, with_pause_image
 from wcow_agent.merge import ConfigError, MergeResult
 from wcow_agent.proving import Prover
 from wcow_agent.state import Paths, StateJournal, text_hash
@@ -158,9 +153,11 @@ class NodeAgent:
         eligible, result = judged
         report, journal = cycle.report, cycle.journal
         plan_changes = cycle.changes_file(result)
+        pausing.forget_stale(report, journal, self.pause_flag)
         result, pause_changes = self._pause_edit(cycle, result)
         # The rollout paces plan changes; a pause image change alone reaches the node with
-        # its agent pod (the DaemonSet's own rolling update), and rides with a plan change.
+        # its agent pod (the DaemonSet's own rolling update, held by readiness: pausing.py),
+        # and rides with a plan change.
         verdict = gate.open_gate(result, journal, plan, pace, plan_changes)
         if verdict.allowed and plan_changes:
             verdict = gate.begin_attempt(
@@ -173,19 +170,23 @@ class NodeAgent:
             gate.hold(report, journal, result, plan, verdict.message)
         elif plan_changes or pause_changes:
             touched = sorted({*result.added, *result.updated} & set(eligible))
-            if pause_changes:  # every sandbox starts from the new pause image
-                touched = sorted(eligible)
-                self._hold_pause_image(cycle, result)
-            change = Change(result, cycle.original, cycle.created, touched)
+            if pause_changes:
+                self._begin_pause_change(cycle, result, eligible)
+            change = Change(result, cycle.original, cycle.created, touched or sorted(eligible))
             failed = self.transaction.run(report, journal, change, cycle.facts)
-            if pause_changes and report.result == "applied":
-                force_canary = True
-                if self.pause_flag is None:
-                    journal.pause_image_released()
+            if pause_changes:
+                pausing.after_transaction(report, journal, failed)
+                # The handlers' tables did not change: they are proven again, not failed.
+                failed = {h: why for h, why in failed.items() if h in touched}
+        if not pause_changes:
+            pausing.loaded_elsewhere(journal)
         self._survey_pause_image(report, cycle.facts)
         self.prover.prove(
             report, journal, result.owned, eligible, failed_apply=failed, force=force_canary
         )
+        pausing.judge(report, journal, eligible)
+        if pause_changes and report.result == "applied" and self.pause_flag is None:
+            pausing.release_if_proven(journal)
         if verdict.allowed:
             note_adoptions(report, result, self.paths)
             gate.settle(report, journal, plan.hash)
@@ -194,7 +195,7 @@ class NodeAgent:
         """The merged file with the pause image the agent manages (``--pause-image``, or
         the value it replaced, put back once the flag is gone); whether that changes it."""
         journal = cycle.journal
-        manage, image = wanted_pause_image(self.pause_flag, journal.state)
+        manage, image = pausing.edit_target(self.pause_flag, journal.state)
         if not manage:
             return result, False
         try:
@@ -202,9 +203,26 @@ class NodeAgent:
         except ConfigError as error:
             cycle.report.event("PauseImageNotSet", str(error), warning=True)
             return result, False
-        if text == result.text and self.pause_flag is None:
+        unproven = journal.state.pause_change is not None
+        if text == result.text and self.pause_flag is None and not unproven:
             journal.pause_image_released()  # the file holds what it held before the agent
         return replace(result, text=text), text != result.text
+
+    def _begin_pause_change(
+        self, cycle: Cycle, result: MergeResult, eligible: Mapping[str, PlanEntry]
+    ) -> None:
+        """Before the first write of the key: what it held, to put back later; before each
+        change: the record that holds readiness until the change is proven."""
+        journal = cycle.journal
+        self._hold_pause_image(cycle, result)
+        _, target = pausing.edit_target(self.pause_flag, journal.state)
+        source = None if cycle.created else held_pause_image(cycle.original, result.version)
+        try:
+            before: PauseImage | None = self.pause.current()
+        except (HostError, OSError, ValueError):
+            before = None  # which guest builds it boots is not known: none is left out
+        baseline = pausing.ready_before(journal.state, eligible, before, cycle.facts)
+        pausing.begin(cycle.report, journal, (target, source), baseline)
 
     def _hold_pause_image(self, cycle: Cycle, result: MergeResult) -> None:
         """Before the first write of the key: what it held, to put back later."""

@@ -7,7 +7,12 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from wcow_agent.agent import CycleReport
+from wcow_agent.state import PAUSE_PHASES
 
+PAUSE_CHANGE_HELP = (
+    "1 for the phase of a pause image change this agent made that holds its readiness false: "
+    "applying, proving, failed (rolled back; until the flag changes); all 0 when none is."
+)
 CANARY_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
 
 
@@ -67,6 +72,9 @@ class Metrics:
             "for the rollout's permission, else 0.",
             registry=r,
         )
+        self.pause_change = Gauge(
+            "wcow_agent_pause_image_change", PAUSE_CHANGE_HELP, ["phase"], registry=r
+        )
         self._handlers: set[str] = set()
 
     def record(self, report: CycleReport) -> None:
@@ -81,6 +89,10 @@ class Metrics:
         if report.handlers is not None:
             self.rollout_waiting.set(1 if report.waiting is not None else 0)
             self.set_ready({h: o.state == "Ready" for h, o in report.handlers.items()})
+
+    def set_pause_change(self, phase: str | None) -> None:
+        for name in PAUSE_PHASES:
+            self.pause_change.labels(name).set(1 if name == phase else 0)
 
     def set_ready(self, handlers: Mapping[str, bool]) -> None:
         for gone in self._handlers - set(handlers):

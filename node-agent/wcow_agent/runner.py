@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from wcow_agent import pausing
 from wcow_agent.agent import (
     CycleReport,
     HandlerOutcome,
@@ -86,6 +87,8 @@ class AgentLoop:
         self._config_fingerprint: str | None = None
         self._last_events: set[tuple[str, str, bool]] = set()
         self.ports: dict[str, int] = {}  # where the metrics and health servers listen
+        self.pause_hold: str | None = None
+        """Why /readyz is false while a pause image change is unproven or failed."""
 
     # -- the plan and the rollout (``watch.ClusterView``) ---------------------------------
 
@@ -131,8 +134,29 @@ class AgentLoop:
             report.event("PlanUnusable", plan_error, warning=True)
         self._last_plan_error = plan_error
         error = self._report(node, report, previous)
+        self._hold_for_pause_change()
         self.health.idle(ready=error is None and report.facts is not None, error=error or "")
         return report
+
+    def readiness(self) -> tuple[bool, str]:
+        """/readyz: the loop's readiness, held false while a pause image change this agent
+        made is not proven (or failed): the DaemonSet's rolling update waits on it."""
+        ready, text = self.health.readiness()
+        hold = self.pause_hold
+        if ready and hold is not None:
+            return False, hold
+        return ready, text
+
+    def _hold_for_pause_change(self) -> None:
+        state, _ = load_state(self.agent.paths.state)
+        record = state.pause_change
+        hold = pausing.readiness_hold(state)
+        if hold != self.pause_hold:
+            (log.warning if record and record.phase == "failed" else log.info)(
+                "readiness: %s", hold or "no pause image change pending"
+            )
+        self.pause_hold = hold
+        self.metrics.set_pause_change(record.phase if record is not None else None)
 
     def _cycle_bound(self, plan: Plan | None) -> float:
         """How long a cycle may take before /healthz calls it stuck."""
@@ -141,7 +165,8 @@ class AgentLoop:
             CanarySpec.from_plan(h, entry).timeout_seconds + 2 * CLEANUP_TIMEOUT
             for h, entry in (plan.handlers if plan is not None else {}).items()
         )
-        pause = PULL_TIMEOUT + 2 * STATUS_TIMEOUT  # reading the pause image's build
+        # Reading the pause image's build, before a change of it and after.
+        pause = 2 * (PULL_TIMEOUT + 2 * STATUS_TIMEOUT)
         return restarts + canaries + pause + 120.0
 
     def _get_node(self) -> NodeObject | None:

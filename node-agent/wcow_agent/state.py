@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,54 @@ class Paths:
         return self.config.with_name(self.config.name + suffix)
 
 
+@dataclass(frozen=True)
+class PauseChange:
+    """A pause image change the agent made on this node (``--pause-image``), held until it
+    is proven: containerd came up with it and every handler that was Ready before passed a
+    canary after it. The agent's readiness stays false meanwhile (``pausing.py``)."""
+
+    target: str | None
+    """The value the change sets (None: the key removed, containerd's default)."""
+    source: str | None
+    """The value it replaces: what a rollback writes back."""
+    baseline: tuple[str, ...]
+    """The handlers that were Ready (their table's canary passed) before the change."""
+    phase: str = "applying"
+    """applying (not yet loaded) | proving (loaded, canaries due) | failed."""
+    reason: str = ""
+    """Why it failed (phase failed)."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "from": self.source,
+            "baseline": list(self.baseline),
+            "phase": self.phase,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, body: object) -> PauseChange | None:
+        if not isinstance(body, dict) or body.get("phase") not in PAUSE_PHASES:
+            return None
+        baseline = body.get("baseline")
+
+        def image(key: str) -> str | None:
+            value = body.get(key)
+            return value if isinstance(value, str) else None
+
+        return cls(
+            image("target"),
+            image("from"),
+            tuple(str(h) for h in baseline) if isinstance(baseline, list) else (),
+            str(body["phase"]),
+            str(body.get("reason") or ""),
+        )
+
+
+PAUSE_PHASES = ("applying", "proving", "failed")
+
+
 @dataclass
 class AgentState:
     owned: dict[str, str] = field(default_factory=dict)
@@ -91,6 +139,8 @@ class AgentState:
     pause_previous: str | None = None
     """What that key held before the agent first set it (None: it was absent): written
     back when the agent lets go (the flag dropped, ``uninstall``)."""
+    pause_change: PauseChange | None = None
+    """A pause image change not proven yet, or failed (``pausing.py``)."""
 
     def to_json(self) -> str:
         body: dict[str, Any] = {
@@ -115,6 +165,8 @@ class AgentState:
             body["appliedPlan"] = self.applied_plan
         if self.pause_held:
             body["pauseImage"] = {"previous": self.pause_previous}
+        if self.pause_change is not None:
+            body["pauseChange"] = self.pause_change.as_json()
         return json.dumps(body, indent=2, sort_keys=True) + "\n"
 
     @classmethod
@@ -144,6 +196,7 @@ class AgentState:
             applied_plan=optional("appliedPlan"),
             pause_held=pause is not None,
             pause_previous=previous if isinstance(previous, str) else None,
+            pause_change=PauseChange.from_json(body.get("pauseChange")),
             owned=strings("owned"),
             loaded=optional("loaded"),
             written=optional("written"),
@@ -308,6 +361,30 @@ class StateJournal:
         """The key holds what it held before the agent: nothing of it is the agent's."""
         self.state.pause_held, self.state.pause_previous = False, None
         self._write()
+
+    def pause_change_begun(self, change: PauseChange) -> None:
+        """Before a pause image change is written: what it sets, replaces, must keep."""
+        self.state.pause_change = change
+        self._write()
+
+    def pause_change_phase(self, phase: str, reason: str = "") -> None:
+        if self.state.pause_change is not None:
+            self.state.pause_change = replace(self.state.pause_change, phase=phase, reason=reason)
+            self._write()
+
+    def pause_change_ended(self) -> None:
+        """Proven, or given up for another value of the flag: readiness is free again."""
+        if self.state.pause_change is not None:
+            self.state.pause_change = None
+            self._write()
+
+    def canaries_void(self) -> None:
+        """containerd restarted with another pause image: every sandbox starts from it now,
+        so no earlier canary holds (written before the canaries run: an agent killed in
+        between proves them all again)."""
+        if self.state.canaried:
+            self.state.canaried = {}
+            self._write()
 
     # -- canaries (proving.py) ---------------------------------------------------------
 

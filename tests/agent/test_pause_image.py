@@ -100,7 +100,13 @@ def test_a_pause_image_containerd_will_not_run_with_is_rolled_back(node: FakeNod
 
     assert report.result == "rolled_back"
     assert node.config.read_text() == before
-    assert (report.handlers or {})["hv"].reason == "ContainerdRolledBack"
+    # The table did not change and containerd runs the previous file again: the handler is
+    # proven there again and stays Ready; the node's readiness says what failed (pausing.py).
+    assert (report.handlers or {})["hv"].reason == "CanaryPassed"
+    change = load_state(node.root / "config.toml.wcow-state.json")[0].pause_change
+    assert change is not None
+    assert (change.target, change.phase) == (PAUSE_2019, "failed")
+    assert "bad pause" in change.reason
     # The same file is not tried again in a loop.
     node.restarts.clear()
     node.agent_with(pause_image=PAUSE_2019).reconcile(plan)

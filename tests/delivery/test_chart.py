@@ -469,6 +469,32 @@ def test_agent_probes_and_ports_match_its_flags() -> None:
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
 
 
+def test_a_pause_image_rollout_waits_on_readiness_without_restarting_the_agent() -> None:
+    """A pause image change is paced by the agent's readiness (docs/agent.md, "Pacing a pause
+    image change"): the rolling update must wait on /readyz, and nothing may kill the agent
+    while it is held there for minutes (pull, restart, canaries) or after a failure."""
+    from wcow_agent.attempt import Timeouts
+
+    daemonset, container = _agent(MATRIX["agent-tuning"])
+    spec = daemonset["spec"]
+    rolling = spec["updateStrategy"]["rollingUpdate"]
+    # A surge pod would start beside the old one on the same host ports (host network) and
+    # could never serve /readyz: the update must replace, not surge.
+    assert rolling.get("maxSurge", 0) in (0, "0%")
+    assert spec["minReadySeconds"] >= 0
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # Liveness asks the loop, not readiness: a held /readyz must never restart the pod, and
+    # no startup probe may put a deadline on the first (possibly pause-changing) cycle.
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert "startupProbe" not in container
+    # An agent stopped by the rolling update may be mid-restart: it gets the time for a
+    # restart and a rollback (the agent's --restart-timeout each).
+    grace = spec["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace >= 2 * Timeouts().restart
+    args = container["args"]
+    assert "--pause-image=registry.example.com/pause:3.9-ltsc2019" in args
+
+
 def test_agent_args_are_accepted_by_wcow_agent() -> None:
     from wcow_agent.cli import build_parser
 

@@ -269,7 +269,7 @@ def add_parser(commands: Any) -> None:
         action="append",
         default=[],
         metavar="KIND[=VALUE][@NODES]",
-        help="canary-fail[=HANDLER], restart-fail[=HANDLER], slow-canary=SECONDS, "
+        help="canary-fail[=HANDLER], restart-fail[=HANDLER|IMAGE], slow-canary=SECONDS, "
         "kill-mid-apply[=TIMES], pull-fail[=IMAGE]; @NODES is a node name or glob "
         "(default: every node). Repeatable",
     )

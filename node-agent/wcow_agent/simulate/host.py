@@ -90,7 +90,7 @@ class SimulatedCrash(BaseException):
 @dataclass(frozen=True)
 class Fault:
     """One ``--fault KIND[=VALUE][@NODES]``: NODES is a node name or a glob (all nodes when
-    absent). canary-fail[=HANDLER], restart-fail[=HANDLER], slow-canary=SECONDS,
+    absent). canary-fail[=HANDLER], restart-fail[=HANDLER|IMAGE], slow-canary=SECONDS,
     kill-mid-apply[=TIMES], pull-fail[=IMAGE]."""
 
     kind: str
@@ -415,11 +415,11 @@ class SimulatedNode:
 
     def image_build(self, image: str) -> str:
         """The build of what a CRI pull of ``image`` gets on this host."""
+        given = dict(self.settings.image_builds)
+        if image in given:  # a pause image set by --pause-image too
+            return parse_windows_build(given[image]).label_value
         if image == self.pause_image():
             return self.settings.pause_build or self.settings.build
-        given = dict(self.settings.image_builds)
-        if image in given:
-            return parse_windows_build(given[image]).label_value
         tag = image.rsplit("/", 1)[-1].partition("@")[0].rpartition(":")[2]
         return _TAG_BUILDS.get(tag, parse_windows_build(self.settings.build).label_value)
 
@@ -529,12 +529,17 @@ class SimulatedContainerd:
             node.record("restarted")
 
     def _refused(self, text: str | None) -> str | None:
-        """The restart-fail fault: containerd will not start with these handlers."""
+        """The restart-fail fault: containerd will not start with these handlers, or with
+        this pause image."""
         wanted = self.node.faults.restart_fail
         if not wanted or text == self.node.seeded_text:
             return None
-        runtimes = effective_runtimes(text, self.node.settings.containerd_version)[0]
-        hit = sorted(h for h in runtimes if h in wanted) or (["*"] if "*" in wanted else [])
+        version = self.node.settings.containerd_version
+        runtimes = effective_runtimes(text, version)[0]
+        pause = effective_pause_image(text, version)
+        hit = sorted(h for h in [*runtimes, pause] if h in wanted) or (
+            ["*"] if "*" in wanted else []
+        )
         if hit:
             return f"simulated fault: containerd does not start with {', '.join(hit)}"
         return None
