@@ -14,6 +14,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.agent.conftest import hyperv, make_plan, process
 from tests.agent.fakes import FakeCluster, FakeNode
 from wcow_agent.agent import CycleReport
@@ -23,7 +25,13 @@ from wcow_agent.images import configured_pause_image
 from wcow_agent.metrics import Metrics
 from wcow_agent.pausing import readiness_hold
 from wcow_agent.runner import AgentLoop
-from wcow_agent.simulate.host import Faults, HostSettings, SimulatedNode, parse_fault
+from wcow_agent.simulate.host import (
+    Faults,
+    HostSettings,
+    SimulatedCrash,
+    SimulatedNode,
+    parse_fault,
+)
 from wcow_agent.state import AgentState, Paths, load_state
 from wcow_agent.watch import RunOptions
 from wcow_contract.plan import Plan
@@ -277,3 +285,26 @@ def test_readyz_and_the_metric_follow_the_change(node: FakeNode, cluster: FakeCl
     assert loop.readiness() == (True, "ok")
     assert phase("proving") == 0
     assert any(e[1] == "PauseImageProven" for e in cluster.events)
+
+
+def test_an_agent_killed_mid_change_proves_it_when_it_starts_again(tmp_path: Path) -> None:
+    """Killed after writing config.toml, before restarting containerd: the next agent
+    finishes the restart (recovery), finds the change loaded, and still proves it."""
+    sim = Sim(tmp_path)
+    plan = both()
+    sim.agent().reconcile(plan)
+    sim.node.faults.kills_left = 1  # the kill-mid-apply fault, for the pause change
+    with pytest.raises(SimulatedCrash):
+        sim.agent(PAUSE_2022).reconcile(plan)
+    assert (
+        sim.hold()
+        == f"pause image change to {PAUSE_2022}: waiting for containerd to come up with it"
+    )
+
+    report = sim.agent(PAUSE_2022).reconcile(plan)
+
+    assert sim.running_pause() == PAUSE_2022
+    assert "RestartRecovery" in reasons(report)
+    assert [c.handler for c in report.canaries] == ["hv", "proc"]  # the canaries ran again
+    assert "PauseImageProven" in reasons(report)
+    assert sim.hold() is None
