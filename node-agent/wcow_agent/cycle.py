@@ -222,7 +222,7 @@ class NodeAgent:
         except (HostError, OSError, ValueError):
             before = None  # which guest builds it boots is not known: none is left out
         baseline = pausing.ready_before(journal.state, eligible, before, cycle.facts)
-        pausing.begin(cycle.report, journal, (target, source), baseline)
+        pausing.begin(cycle.report, journal, (target, source), baseline, text_hash(result.text))
 
     def _hold_pause_image(self, cycle: Cycle, result: MergeResult) -> None:
         """Before the first write of the key: what it held, to put back later."""

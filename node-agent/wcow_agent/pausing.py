@@ -88,9 +88,11 @@ def begin(
     journal: StateJournal,
     change: tuple[str | None, str | None],
     baseline: tuple[str, ...],
+    file: str,
 ) -> None:
-    """Before the transaction writes a pause image change (target, the value it replaces);
-    a rollback of a failed change and a retry of one not loaded yet keep their record."""
+    """Before the transaction writes a pause image change (target, the value it replaces)
+    in the file of hash ``file``; a rollback of a failed change and a retry of one not
+    loaded yet keep their record."""
     target, source = change
     record = journal.state.pause_change
     if record is not None and record.phase == "failed":
@@ -99,7 +101,7 @@ def begin(
         if record.phase != "applying":  # the file lost it (edited, restored): load it again
             journal.pause_change_phase("applying")
         return
-    journal.pause_change_begun(PauseChange(target, source, baseline))
+    journal.pause_change_begun(PauseChange(target, source, baseline), file)
     report.event(
         "PauseImageChanging",
         f"setting the pause image to {shown(target)} (was {shown(source)}); readiness stays "

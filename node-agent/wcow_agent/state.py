@@ -362,9 +362,12 @@ class StateJournal:
         self.state.pause_held, self.state.pause_previous = False, None
         self._write()
 
-    def pause_change_begun(self, change: PauseChange) -> None:
-        """Before a pause image change is written: what it sets, replaces, must keep."""
+    def pause_change_begun(self, change: PauseChange, file: str) -> None:
+        """Before a pause image change is written: what it sets, replaces, must keep. The
+        flag set anew is a new try: a file with it that containerd refused before is tried
+        once more (``file``: its hash)."""
         self.state.pause_change = change
+        self.state.rejected.pop(file, None)
         self._write()
 
     def pause_change_phase(self, phase: str, reason: str = "") -> None:

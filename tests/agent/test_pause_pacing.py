@@ -308,3 +308,22 @@ def test_an_agent_killed_mid_change_proves_it_when_it_starts_again(tmp_path: Pat
     assert [c.handler for c in report.canaries] == ["hv", "proc"]  # the canaries ran again
     assert "PauseImageProven" in reasons(report)
     assert sim.hold() is None
+
+
+def test_an_image_set_again_after_another_is_tried_again(tmp_path: Path) -> None:
+    """The failure is kept while the flag names the image; naming it anew (after another
+    value) is a new try, even for a file containerd refused before."""
+    sim = Sim(tmp_path, f"restart-fail={PAUSE_2022}")
+    plan = both()
+    sim.agent().reconcile(plan)
+    sim.agent(PAUSE_2022).reconcile(plan)
+    sim.agent(PAUSE_2022_NEXT).reconcile(plan)
+    assert (sim.running_pause(), sim.hold()) == (PAUSE_2022_NEXT, None)
+    failed_restarts = sim.restarts().count("restart-failed")
+
+    again = sim.agent(PAUSE_2022).reconcile(plan)
+
+    assert again.result == "rolled_back"
+    assert sim.restarts().count("restart-failed") == failed_restarts + 1
+    assert sim.running_pause() == PAUSE_2022_NEXT
+    assert (sim.hold() or "").startswith(f"pause image {PAUSE_2022} failed on this node")
