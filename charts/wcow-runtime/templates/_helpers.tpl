@@ -72,6 +72,17 @@ app.kubernetes.io/component: operator
 app.kubernetes.io/component: node-agent
 {{- end }}
 
+{{- /* kubectl wcow's read-only roles, and the helm test's check of each profile. */ -}}
+{{- define "wcow-runtime.viewer.labels" -}}
+{{ include "wcow-runtime.labels" . }}
+app.kubernetes.io/component: viewer
+{{- end }}
+
+{{- define "wcow-runtime.test.labels" -}}
+{{ include "wcow-runtime.labels" . }}
+app.kubernetes.io/component: test
+{{- end }}
+
 {{- define "wcow-runtime.agent.selectorLabels" -}}
 {{ include "wcow-runtime.selectorLabels" . }}
 app.kubernetes.io/component: node-agent
