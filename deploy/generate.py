@@ -47,6 +47,8 @@ RULE_SETS = {
     "agentNamespace": rbac.AGENT_NAMESPACE_RULES,
     "viewerCluster": rbac.VIEWER_CLUSTER_RULES,
     "viewerNamespace": rbac.VIEWER_NAMESPACE_RULES,
+    "verifyCluster": rbac.VERIFY_CLUSTER_RULES,
+    "verifyNamespace": rbac.VERIFY_NAMESPACE_RULES,
 }
 
 # What only Helm uses: removed from the kustomize base, and ignored when the two are compared.

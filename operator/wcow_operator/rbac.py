@@ -159,6 +159,18 @@ VIEWER_NAMESPACE_RULES: Final[list[Rule]] = [
 ]
 
 
+# `kubectl wcow verify` and the chart's `helm test` (its ServiceAccount, only while the test
+# runs): read profiles and Windows Nodes; in one namespace, create, watch and delete its
+# check pods (create cannot be narrowed by name).
+VERIFY_CLUSTER_RULES: Final[list[Rule]] = [
+    {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+]
+VERIFY_NAMESPACE_RULES: Final[list[Rule]] = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "delete"]},
+]
+
+
 def allows(
     rules: list[Rule], group: str, resource: str, verb: str, name: str | None = None
 ) -> bool:

@@ -46,22 +46,36 @@ PLUGIN = Path(sys.executable).with_name("kubectl-wcow")
 
 
 @contextlib.contextmanager
-def viewer(kube: client.ApiClient, release: str, ns: str) -> Iterator[str]:
-    """The chart's viewer roles and bindings (rendered by Helm with ``viewer.subjects``) for
-    a new ServiceAccount in ``ns``; yields its token."""
+def chart_identity(kube: client.ApiClient, release: str, ns: str, component: str) -> Iterator[str]:
+    """The chart's roles and bindings of ``component`` (rendered by Helm) applied as they are;
+    yields a token of the ServiceAccount they bind. ``viewer``: the viewer roles bound
+    through ``viewer.subjects`` to a new ServiceAccount; ``test``: the helm test's own
+    ServiceAccount and roles (its hook annotations mean nothing outside Helm)."""
     account = f"{release}-reader"
-    subjects = [{"kind": "ServiceAccount", "name": account, "namespace": ns}]
+    values: dict[str, Any] = {
+        "viewer": {"subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}]},
+        "crds": {"enabled": False},
+        "profiles": {"create": True},
+    }
     objects = [
         o
-        for o in render({"viewer": {"subjects": subjects}}, release=release, namespace=ns)
-        if o["metadata"]["labels"].get("app.kubernetes.io/component") == "viewer"
+        for o in render(values, release=release, namespace=ns)
+        if o["metadata"]["labels"].get("app.kubernetes.io/component") == component
+        and o["kind"] != "Pod"
     ]
-    assert sorted(o["kind"] for o in objects) == [
-        "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-    ]  # fmt: skip
     core, rbac = client.CoreV1Api(kube), client.RbacAuthorizationV1Api(kube)
-    core.create_namespaced_service_account(ns, {"metadata": {"name": account}})
+    if component == "viewer":
+        core.create_namespaced_service_account(ns, {"metadata": {"name": account}})
+    else:
+        account = next(o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount")
+    assert {o["kind"] for o in objects} >= {
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    }
     create = {
+        "ServiceAccount": lambda body: core.create_namespaced_service_account(ns, body),
         "ClusterRole": rbac.create_cluster_role,
         "ClusterRoleBinding": rbac.create_cluster_role_binding,
         "Role": lambda body: rbac.create_namespaced_role(ns, body),
@@ -115,8 +129,9 @@ def test_status_and_diagnose_under_exactly_the_viewer_roles(
             kubeconfig, tmp_path / "fleet", ns, f"{prefix}w", 3,
             faults=(f"canary-fail={flaky}@{bad}",),
         ) as fleet,
-        profiles_cleaned_up(kube, [hv, flaky]),
-        viewer(kube, prefix, ns) as token,
+        profiles_cleaned_up(kube, [hv, flaky, f"{prefix}-future"]),
+        chart_identity(kube, prefix, ns, "viewer") as token,
+        chart_identity(kube, prefix, ns, "test") as tester,
     ):  # fmt: skip
         view = View(kube, [fleet])
         body = profile(
@@ -143,6 +158,7 @@ def test_status_and_diagnose_under_exactly_the_viewer_roles(
         _check_status(config, ns, flaky, bad)
         _check_diagnose(config, ns, tmp_path, flaky, bad, token)
         _check_kubectl_finds_the_plugin(config, ns)
+        _check_verify(kube, tester, ns, tmp_path, hv, f"{prefix}-future")
 
 
 def _check_status(config: Path, ns: str, flaky: str, bad: str) -> None:
@@ -215,6 +231,28 @@ def _check_kubectl_finds_the_plugin(config: Path, ns: str) -> None:
     )  # fmt: skip
     assert shown.returncode == 0, shown.stderr
     assert "HALTED" in shown.stdout
+
+
+def _check_verify(
+    kube: client.ApiClient, token: str, ns: str, tmp_path: Path, hv: str, future: str
+) -> None:
+    """The helm test's command under the helm test's RBAC. A profile no node is ready for is
+    skipped; the check pod of a ready one is created (no kubelet and no scheduler here: it
+    never starts, so the check fails at its deadline, saying so) and deleted."""
+    custom = client.CustomObjectsApi(kube)
+    body = profile(future, isolation="HyperV", windowsBuild="ltsc2025")  # newer than the hosts
+    custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+    config = token_kubeconfig(token, ns, tmp_path / "tester.kubeconfig")
+    args = ["verify", "-n", ns, "--profile", hv, "--profile", future, "--timeout-seconds", "5"]
+    checked = plugin(*args, config=config)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    lines = checked.stdout.splitlines()
+    assert f"FAIL  {hv}: did not start within 5 s (no node took it)" in lines, lines
+    assert any(line.startswith(f"SKIP  {future}: no node is ready") for line in lines), lines
+    left = client.CoreV1Api(kube).list_namespaced_pod(
+        ns, label_selector="app.kubernetes.io/component=wcow-verify"
+    )
+    assert left.items == [], "a check pod was left behind"
 
 
 def test_a_user_without_the_viewer_roles_is_told_what_to_bind(

@@ -31,3 +31,17 @@ def test_viewer_rules_only_read_and_never_secrets() -> None:
         assert "secrets" not in rule["resources"]
         assert "*" not in rule["resources"] + rule["verbs"] + rule["apiGroups"]
     assert not rbac.allows(rbac.VIEWER_NAMESPACE_RULES, "", "configmaps", "get", "other")
+
+
+def test_every_check_pod_call_is_granted_to_the_helm_test() -> None:
+    from wcow_operator.k8s.prober import VERIFY_PERMISSIONS
+
+    reads = {m for m, ps in VIEWER_PERMISSIONS.items() if m in ("profiles", "windows_nodes")}
+    assert reads == {"profiles", "windows_nodes"}
+    for method in reads:
+        for group, resource, verb, _, name in VIEWER_PERMISSIONS[method]:
+            assert rbac.allows(rbac.VERIFY_CLUSTER_RULES, group, resource, verb, name), method
+    for method, permissions in VERIFY_PERMISSIONS.items():
+        for group, resource, verb, _, name in permissions:
+            assert rbac.allows(rbac.VERIFY_NAMESPACE_RULES, group, resource, verb, name), method
+    assert set(VERIFY_PERMISSIONS) == {"create_pod", "read_pod", "delete_pod"}

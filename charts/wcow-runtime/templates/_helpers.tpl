@@ -197,3 +197,11 @@ kind: Issuer
 group: cert-manager.io
 {{- end }}
 {{- end }}
+
+{{- /* A `helm test` hook, created before its weight's turn and deleted once every test passed
+(a failed test's objects stay for `kubectl logs`, and go before the next `helm test`). */ -}}
+{{- define "wcow-runtime.test.hook" -}}
+helm.sh/hook: test
+helm.sh/hook-weight: {{ .weight | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end }}

@@ -10,6 +10,7 @@ not retried behind their back. Every answer is bounded (page sizes, item counts,
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
@@ -36,27 +37,46 @@ METADATA_LIST: Final = "application/json;as=PartialObjectMetadataList;g=meta.k8s
 VIEWER_PERMISSIONS: dict[str, list[Permission]] = {}
 
 
-def reads(*permissions: Permission) -> Callable[[F], F]:
-    """Declare the (group, resource, verb, scope, name) a method needs."""
+def declares(
+    registry: dict[str, list[Permission]],
+) -> Callable[..., Callable[[F], F]]:
+    """A decorator that records in ``registry`` the (group, resource, verb, scope, name)
+    each method needs, for the RBAC tests."""
 
-    def mark(method: F) -> F:
-        VIEWER_PERMISSIONS[method.__name__] = list(permissions)
-        return method
+    def declare(*permissions: Permission) -> Callable[[F], F]:
+        def mark(method: F) -> F:
+            registry[method.__name__] = list(permissions)
+            return method
 
-    return mark
+        return mark
+
+    return declare
+
+
+reads = declares(VIEWER_PERMISSIONS)
 
 
 def kubeconfig_client(path: str | None, context: str | None) -> client.ApiClient:
     """An API client from the kubeconfig (``path``, else $KUBECONFIG or ~/.kube/config),
-    as kubectl would pick it; raises ``ApiError`` (status 0) when there is none."""
+    as kubectl would pick it, or in a pod without one its ServiceAccount; raises
+    ``ApiError`` (status 0) when there is none."""
     configuration = client.Configuration()
     try:
-        config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=path, context=context, client_configuration=configuration
-        )
+        if not path and not context and _in_cluster():
+            # A pod (the chart's helm test): its ServiceAccount.
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=path, context=context, client_configuration=configuration
+            )
     except (config.ConfigException, OSError) as error:
         raise ApiError(0, "NoKubeconfig", f"cannot load the kubeconfig: {error}") from None
     return client.ApiClient(configuration)
+
+
+def _in_cluster() -> bool:
+    """In a pod, with no kubeconfig of its own: the service account's token is mounted."""
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not os.environ.get("KUBECONFIG")
 
 
 class ClusterReader:

@@ -3,9 +3,12 @@ for ``kubectl wcow ...``).
 
     kubectl wcow status [-n NAMESPACE] [-o table|json]
     kubectl wcow diagnose [-n NAMESPACE] [--node NODE] [-o DIR]
+    kubectl wcow verify [-n NAMESPACE] [--profile NAME]... [--image IMAGE] [--timeout-seconds N]
 
-Read-only: it needs the chart's ``<fullname>-viewer`` ClusterRole and Role and nothing
-more. Exit codes: 0 done, 1 the cluster could not be read, 2 usage.
+status and diagnose only read: they need the chart's ``<fullname>-viewer`` ClusterRole and
+Role and nothing more. verify creates and deletes one pod per profile in NAMESPACE (the
+chart's ``helm test`` runs it). Exit codes: 0 done (verify: nothing failed), 1 the cluster
+could not be read or a check failed, 2 usage.
 """
 
 from __future__ import annotations
@@ -18,14 +21,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from wcow_operator.controller.api import ApiError
+from wcow_operator.k8s.prober import PodProber
 from wcow_operator.k8s.reader import ClusterReader, kubeconfig_client
-from wcow_operator.plugin import status, table
+from wcow_operator.plugin import probe, status, table
 from wcow_operator.plugin.bundle import write_bundle
 from wcow_operator.plugin.collect import collect
 
 EXIT_CLUSTER = 1
 EXIT_USAGE = 2
 DEFAULT_NAMESPACE = "wcow-system"
+# containerd 2.x's default sandbox image: its Windows entries are on every node already.
+CHECK_IMAGE = "registry.k8s.io/pause:3.10"
 HINT = (
     "a read-only user needs the chart's <release>-wcow-runtime-viewer ClusterRole and Role "
     "(docs/install.md, 'kubectl wcow')"
@@ -61,7 +67,24 @@ def _parser() -> argparse.ArgumentParser:
     diagnose.add_argument(
         "-o", "--output-dir", default=".", help="folder for the bundle (default: here)"
     )
+    check = commands.add_parser(
+        "verify",
+        parents=[common],
+        help="per profile, run a pod of its RuntimeClass on a ready node (in --namespace)",
+    )
+    check.add_argument("--profile", action="append", default=[], help="only this profile")
+    check.add_argument("--image", default=CHECK_IMAGE, help=f"the pod's image ({CHECK_IMAGE})")
+    check.add_argument("--timeout-seconds", type=int, default=300, help="per pod (5 to 3600)")
     return parser
+
+
+def _verify(args: argparse.Namespace) -> tuple[str, int]:
+    if not 5 <= args.timeout_seconds <= 3600:
+        raise UsageError(f"--timeout-seconds must be 5 to 3600, not {args.timeout_seconds}")
+    prober = PodProber(kubeconfig_client(args.kubeconfig, args.context))
+    results = probe.run(prober, args.namespace, args.image, args.timeout_seconds, args.profile)
+    failed = any(r.outcome == "failed" for r in results)
+    return probe.render(results) or "No WindowsRuntimeProfiles.\n", EXIT_CLUSTER if failed else 0
 
 
 def _status(reader: ClusterReader, namespace: str, output: str) -> str:
@@ -102,6 +125,10 @@ class UsageError(Exception):
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "verify":
+            text, code = _verify(args)
+            sys.stdout.write(text)
+            return code
         reader = ClusterReader(kubeconfig_client(args.kubeconfig, args.context))
         if args.command == "status":
             sys.stdout.write(_status(reader, args.namespace, args.output))
