@@ -45,6 +45,10 @@ RULE_SETS = {
     "operatorNamespace": rbac.OPERATOR_NAMESPACE_RULES,
     "agentCluster": rbac.AGENT_CLUSTER_RULES,
     "agentNamespace": rbac.AGENT_NAMESPACE_RULES,
+    "viewerCluster": rbac.VIEWER_CLUSTER_RULES,
+    "viewerNamespace": rbac.VIEWER_NAMESPACE_RULES,
+    "verifyCluster": rbac.VERIFY_CLUSTER_RULES,
+    "verifyNamespace": rbac.VERIFY_NAMESPACE_RULES,
 }
 
 # What only Helm uses: removed from the kustomize base, and ignored when the two are compared.

@@ -120,6 +120,57 @@ AGENT_NAMESPACE_RULES: Final[list[Rule]] = [
 ]
 
 
+# `kubectl wcow status` and `diagnose` (wcow_operator.plugin), for a read-only person: the
+# chart's ClusterRole and Role "<fullname>-viewer". Reads only: no write verb, no Secret, and
+# the webhook configurations and ConfigMaps only by name. Not aggregated to the built-in
+# "view" role: Nodes, RuntimeClasses and webhook configurations are cluster-scoped, and "view"
+# (bound cluster-wide by many) deliberately grants no cluster-scoped read.
+VIEWER_CLUSTER_RULES: Final[list[Rule]] = [
+    {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "list"]},
+    {"apiGroups": ["node.k8s.io"], "resources": ["runtimeclasses"], "verbs": ["get", "list"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
+    # Events about profiles and Nodes are in "default" (cluster-scoped objects).
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
+    {
+        "apiGroups": ["admissionregistration.k8s.io"],
+        "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+        "resourceNames": [WEBHOOK_CONFIGURATION],
+        "verbs": ["get"],
+    },
+]
+
+# In the operator's namespace: the plan and rollout by name, the Lease, and the operator's
+# and agents' pods with their logs (pods/log also serves ?previous=true).
+VIEWER_NAMESPACE_RULES: Final[list[Rule]] = [
+    {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "resourceNames": [PLAN_CONFIGMAP, ROLLOUT_CONFIGMAP],
+        "verbs": ["get"],
+    },
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "resourceNames": [OPERATOR_LEASE],
+        "verbs": ["get"],
+    },
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+]
+
+
+# `kubectl wcow verify` and the chart's `helm test` (its ServiceAccount, only while the test
+# runs): read profiles and Windows Nodes; in one namespace, create, watch and delete its
+# check pods (create cannot be narrowed by name).
+VERIFY_CLUSTER_RULES: Final[list[Rule]] = [
+    {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+]
+VERIFY_NAMESPACE_RULES: Final[list[Rule]] = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "delete"]},
+]
+
+
 def allows(
     rules: list[Rule], group: str, resource: str, verb: str, name: str | None = None
 ) -> bool:

@@ -371,3 +371,25 @@ def image_settings(args: argparse.Namespace, env: Mapping[str, str]) -> ImageSet
             f"within 2 s), not {timeout}"
         )
     return ImageSettings(resolve, tuple(insecure), secret, unreachable, timeout)
+
+
+PIPE = "\\|"  # a | inside a Markdown table cell
+
+
+def markdown_settings() -> str:
+    """The README's Settings table, generated from the flag definitions above (a test fails
+    when the README drifts from it): one row per flag, its help text as ``--help`` prints it."""
+    rows = ["| flag | what it does (environment variable, default) |", "| --- | --- |"]
+    for action in _parser()._actions:  # argparse has no public list of its actions
+        if not action.option_strings or action.dest == "help":
+            continue
+        name = action.option_strings[0]
+        if isinstance(action, argparse.BooleanOptionalAction):
+            name = f"--[no-]{name.removeprefix('--')}"
+        elif action.choices:
+            name = f"{name} {PIPE.join(str(choice) for choice in action.choices)}"
+        elif action.metavar:
+            name = f"{name} {action.metavar}"
+        text = str(action.help or "").replace("%%", "%").replace("|", PIPE)
+        rows.append(f"| `{name}` | {text} |")
+    return "\n".join(rows) + "\n"

@@ -34,6 +34,9 @@ AGENT = f"{RELEASE}-agent"
 # Each case changes what a real installation would: the objects must still lint, render and
 # validate, and the case's own check says what the user gets.
 MATRIX: dict[str, dict[str, Any]] = {
+    "viewer-bound": {
+        "viewer": {"subjects": [{"kind": "User", "name": "alice@example.com"}]},
+    },
     "ha-operator": {
         "operator": {
             "replicas": 3,
@@ -196,6 +199,8 @@ def test_defaults_install_the_operator_the_agent_and_their_guard() -> None:
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+            # kubectl wcow's read-only roles (bound only to viewer.subjects)
+            "ClusterRole", "Role",
         ]
     )  # fmt: skip
 
@@ -254,7 +259,8 @@ def test_recommended_labels_and_components(case: str, values: dict[str, Any]) ->
         assert labels["helm.sh/chart"] == "wcow-runtime-0.1.0"
         assert labels["app.kubernetes.io/version"] == "0.1.0"
         if obj["kind"] not in ("CustomResourceDefinition", KIND):
-            assert labels["app.kubernetes.io/component"] in ("operator", "node-agent"), obj
+            components = ("operator", "node-agent", "viewer", "test")
+            assert labels["app.kubernetes.io/component"] in components, obj
         for key, value in values.get("commonLabels", {}).items():
             assert labels[key] == value
 
@@ -716,7 +722,12 @@ def test_without_the_webhook_the_operator_has_no_webhook_port_service_or_permiss
     names = {(o["kind"], o["metadata"]["name"]) for o in objects}
     assert ("Service", WEBHOOK) not in names
     assert ("ClusterRole", WEBHOOK) not in names
-    assert not any("admissionregistration" in str(o.get("rules")) for o in objects)
+    # The viewer's read of the configurations (kubectl wcow diagnose) is no permission of
+    # the operator's, and reads nothing when there are none.
+    operator = [
+        o for o in objects if o["metadata"]["labels"].get("app.kubernetes.io/component") != "viewer"
+    ]
+    assert not any("admissionregistration" in str(o.get("rules")) for o in operator)
 
 
 def test_cert_manager_issues_a_certificate_for_the_service_from_a_ca_of_the_release() -> None:

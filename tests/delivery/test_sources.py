@@ -25,6 +25,8 @@ RULES = {
     ("Role", f"{RELEASE}-operator"): rbac.OPERATOR_NAMESPACE_RULES,
     ("ClusterRole", f"{RELEASE}-agent"): rbac.AGENT_CLUSTER_RULES,
     ("Role", f"{RELEASE}-agent"): rbac.AGENT_NAMESPACE_RULES,
+    ("ClusterRole", f"{RELEASE}-viewer"): rbac.VIEWER_CLUSTER_RULES,
+    ("Role", f"{RELEASE}-viewer"): rbac.VIEWER_NAMESPACE_RULES,
 }
 
 

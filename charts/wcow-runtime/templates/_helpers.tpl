@@ -72,6 +72,17 @@ app.kubernetes.io/component: operator
 app.kubernetes.io/component: node-agent
 {{- end }}
 
+{{- /* kubectl wcow's read-only roles, and the helm test's check of each profile. */ -}}
+{{- define "wcow-runtime.viewer.labels" -}}
+{{ include "wcow-runtime.labels" . }}
+app.kubernetes.io/component: viewer
+{{- end }}
+
+{{- define "wcow-runtime.test.labels" -}}
+{{ include "wcow-runtime.labels" . }}
+app.kubernetes.io/component: test
+{{- end }}
+
 {{- define "wcow-runtime.agent.selectorLabels" -}}
 {{ include "wcow-runtime.selectorLabels" . }}
 app.kubernetes.io/component: node-agent
@@ -185,4 +196,12 @@ name: {{ include "wcow-runtime.webhook.fullname" . }}-ca
 kind: Issuer
 group: cert-manager.io
 {{- end }}
+{{- end }}
+
+{{- /* A `helm test` hook, created before its weight's turn and deleted once every test passed
+(a failed test's objects stay for `kubectl logs`, and go before the next `helm test`). */ -}}
+{{- define "wcow-runtime.test.hook" -}}
+helm.sh/hook: test
+helm.sh/hook-weight: {{ .weight | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end }}

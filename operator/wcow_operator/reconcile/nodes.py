@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from wcow_contract.agent_status import GUEST_BUILD_UNSUPPORTED, parse_agent_status
+from wcow_contract.agent_status import GUEST_BUILD_UNSUPPORTED, AgentStatus, parse_agent_status
 from wcow_contract.labels import READY_VALUE, ready_label
 from wcow_contract.v1alpha1 import NodeFailure
 from wcow_contract.windows_builds import (
@@ -132,6 +132,16 @@ def _inconsistency(node: ObservedNode, reported: str) -> str | None:
     return None
 
 
+def node_report(status: AgentStatus) -> NodeReport:
+    """What an agent's status says about plans, as the rollout reads it."""
+    return NodeReport(
+        applied_plan_hash=status.applied_plan_hash,
+        attempted_plan_hash=status.attempted_plan_hash,
+        states={h: (e.state, e.reason, e.message) for h, e in status.handlers.items()},
+        generations={h: e.profile_generation for h, e in status.handlers.items()},
+    )
+
+
 def contribution(node: ObservedNode) -> Contribution:
     """What ``node`` adds to each handler's counts. Ready only with the label (the scheduler
     reads the label, so the label decides); eligible when its agent reports the handler as
@@ -140,12 +150,7 @@ def contribution(node: ObservedNode) -> Contribution:
     status = parse_agent_status(node.agent_status)
     if status is None:
         return Contribution(False, {})
-    report = NodeReport(
-        applied_plan_hash=status.applied_plan_hash,
-        attempted_plan_hash=status.attempted_plan_hash,
-        states={h: (e.state, e.reason, e.message) for h, e in status.handlers.items()},
-        generations={h: e.profile_generation for h, e in status.handlers.items()},
-    )
+    report = node_report(status)
     wrong = _inconsistency(node, status.host_build)
     build = node_build(node)
     host = NodeHost(build, status.hyperv_available) if build and not wrong else None

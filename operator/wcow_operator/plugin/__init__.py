@@ -1,0 +1,1 @@
+"""``kubectl wcow``: status and diagnostics for people, read-only (docs/install.md)."""
