@@ -646,7 +646,11 @@ def _rollout_status(
         row = ("True", "RolloutComplete", f"{done} Windows nodes run the current plan")
         phase = "Complete"
     else:
-        row = ("False", "RollingOut", "Windows nodes are taking the change a few at a time")
+        row = (
+            "False",
+            "RollingOut",
+            f"{done} Windows nodes run the current plan; the others take it a few at a time",
+        )
         phase = "Progressing"
     status = RolloutStatus(
         plan_hash=progress.plan_hash,
