@@ -109,7 +109,9 @@ CONDITIONS: tuple[ConditionKind, ...] = (
     ),
     ConditionKind(
         READY,
-        "all of the above (NodesReady only when `requireReadyLabel`); pods can use the class",
+        "Valid, Planned, RuntimeClassReady and NodesReady (this one only with "
+        "`requireReadyLabel`) are True: pods can use the class; else the first failing "
+        "one's reason",
         (Reason("Ready", "True"), *_NOT_READY),
     ),
     ConditionKind(
@@ -129,7 +131,7 @@ CONDITIONS: tuple[ConditionKind, ...] = (
     ConditionKind(
         RECONCILING,
         "a change is still under way: nodes are rolling out or proving the handler "
-        "(kstatus: InProgress)",
+        "(kstatus: InProgress; `NodesPending` only with `requireReadyLabel`)",
         (
             Reason("RollingOut", "True"),
             Reason("NodesPending", "True"),
@@ -141,7 +143,7 @@ CONDITIONS: tuple[ConditionKind, ...] = (
     ConditionKind(
         STALLED,
         "progress needs a person; the reason and message are the blocking condition's "
-        "(kstatus: Failed)",
+        "(kstatus: Failed; the node reasons only with `requireReadyLabel`)",
         (
             *(Reason(name, "True") for name in STALLING),
             Reason("Progressing", "False", "see Reconciling"),
