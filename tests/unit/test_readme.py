@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tests.conftest import ROOT
 from wcow_contract.condition_table import markdown_table as conditions_table
+from wcow_contract.crd import PRINTER_COLUMNS
 from wcow_contract.reference import markdown_reference
 from wcow_operator.cli import main as wcow_main
 
@@ -71,3 +73,11 @@ def test_the_tour_shows_what_make_demo_prints(tmp_path: Path) -> None:
         path = ROOT / source if source.startswith("deploy/") else tmp_path / source
         assert text in path.read_text(encoding="utf-8"), f"README tour block from {source}"
     assert "VmMemorySizeInMb = 1024" in blocks[2][1]
+
+
+def test_the_kubectl_get_wrp_example_has_the_crds_columns() -> None:
+    """The example's header is what kubectl prints for the CRD's printer columns (without
+    `-o wide`: the priority-0 ones), so a new column shows up in the README too."""
+    header = README.split("$ kubectl get wrp\n", 1)[1].split("\n", 1)[0]
+    wanted = ["NAME"] + [c["name"].upper() for c in PRINTER_COLUMNS if not c.get("priority")]
+    assert re.split(r"\s{2,}", header.strip()) == wanted
