@@ -3,7 +3,9 @@
 -- (invalid spec, handler or RuntimeClass conflict, plan too large, halted rollout, failed or
 -- no eligible nodes), Reconciling=True while a change rolls out or nodes prove the handler,
 -- and Ready. The reason leads every message.
-local hs = {}
+local function health(status, message)
+  return {status = status, message = message}
+end
 
 local function said(condition)
   if condition.message ~= nil and condition.message ~= "" then
@@ -13,18 +15,14 @@ local function said(condition)
 end
 
 if obj.status == nil or obj.status.conditions == nil then
-  hs.status = "Progressing"
-  hs.message = "Waiting for the wcow operator to reconcile the profile"
-  return hs
+  return health("Progressing", "Waiting for the wcow operator to reconcile the profile")
 end
 
 local generation = obj.metadata.generation
 local observed = obj.status.observedGeneration
 if generation ~= nil and observed ~= nil and observed ~= generation then
-  hs.status = "Progressing"
-  hs.message = "Waiting for the wcow operator to observe generation " .. tostring(generation)
-    .. " (it last observed " .. tostring(observed) .. ")"
-  return hs
+  return health("Progressing", "Waiting for the wcow operator to observe generation "
+    .. tostring(generation) .. " (it last observed " .. tostring(observed) .. ")")
 end
 
 local conditions = {}
@@ -34,45 +32,30 @@ end
 
 local stalled = conditions["Stalled"]
 if stalled ~= nil and stalled.status == "True" then
-  hs.status = "Degraded"
-  hs.message = said(stalled)
-  return hs
+  return health("Degraded", said(stalled))
 end
 -- An operator from before Stalled existed: a halted rollout or an invalid spec.
 if stalled == nil then
   local rolled = conditions["RolledOut"]
   if rolled ~= nil and rolled.reason == "RolloutHalted" then
-    hs.status = "Degraded"
-    hs.message = said(rolled)
-    return hs
+    return health("Degraded", said(rolled))
   end
   local valid = conditions["Valid"]
   if valid ~= nil and valid.status == "False" then
-    hs.status = "Degraded"
-    hs.message = said(valid)
-    return hs
+    return health("Degraded", said(valid))
   end
 end
 
 local reconciling = conditions["Reconciling"]
 if reconciling ~= nil and reconciling.status == "True" then
-  hs.status = "Progressing"
-  hs.message = said(reconciling)
-  return hs
+  return health("Progressing", said(reconciling))
 end
 
 local ready = conditions["Ready"]
 if ready ~= nil and ready.status == "True" then
-  hs.status = "Healthy"
-  hs.message = said(ready)
-  return hs
+  return health("Healthy", said(ready))
 end
 if ready ~= nil then
-  hs.status = "Progressing"
-  hs.message = said(ready)
-  return hs
+  return health("Progressing", said(ready))
 end
-
-hs.status = "Progressing"
-hs.message = "Waiting for the wcow operator to report Ready"
-return hs
+return health("Progressing", "Waiting for the wcow operator to report Ready")
