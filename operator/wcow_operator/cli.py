@@ -409,7 +409,11 @@ def build_parser() -> argparse.ArgumentParser:
                            "Pods, workloads or Lists (multi-document YAML or JSON)")  # fmt: skip
     admission.set_defaults(func=cmd_admit)
 
-    crd = commands.add_parser("crd", help="print the WindowsRuntimeProfile CRD")
+    _crd_command(commands.add_parser("crd", help="print the WindowsRuntimeProfile CRD"))
+    return parser
+
+
+def _crd_command(crd: argparse.ArgumentParser) -> None:
     crd.add_argument(
         "--reference", action="store_true", help="print the field reference as Markdown instead"
     )
@@ -418,7 +422,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the status conditions and their reasons as a Markdown table instead",
     )  # fmt: skip
     crd.set_defaults(func=cmd_crd)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

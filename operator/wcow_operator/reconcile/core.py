@@ -434,6 +434,16 @@ def _conditions(
     )
     reconciling, stalled = reconciling_and_stalled(rows, nodes_gate=gated)
     rows += [(RECONCILING, reconciling), (STALLED, stalled)]
+    return _set_rows(current, rows, generation, now)
+
+
+def _set_rows(
+    current: list[Condition],
+    rows: list[tuple[str, tuple[ConditionStatus, str, str]]],
+    generation: int | None,
+    now: datetime,
+) -> list[Condition]:
+    """``current`` with every row set, in the rows' order (others after them)."""
     conditions = list(current)
     for type_, (status, reason, message) in rows:
         conditions = set_condition(
