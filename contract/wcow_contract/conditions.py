@@ -9,9 +9,15 @@ from wcow_contract.v1alpha1 import Condition, ConditionStatus
 
 # Condition types a profile reports.
 VALID = "Valid"
+PLANNED = "Planned"
 RUNTIME_CLASS_READY = "RuntimeClassReady"
 NODES_READY = "NodesReady"
 READY = "Ready"
+ROLLED_OUT = "RolledOut"
+# The two "abnormal-true" types of kstatus (sigs.k8s.io/cli-utils v0.37.2,
+# pkg/kstatus/status/status.go), which Flux's health checks read.
+RECONCILING = "Reconciling"
+STALLED = "Stalled"
 
 
 def timestamp(moment: datetime) -> str:

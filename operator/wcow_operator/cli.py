@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 import yaml
 
+from wcow_contract.condition_table import markdown_table as conditions_table
 from wcow_contract.crd import custom_resource_definition
 from wcow_contract.errors import ProfileInvalidError, parse_profile
 from wcow_contract.plan import dump_plan
@@ -347,7 +348,10 @@ def crd_yaml() -> str:
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
-    sys.stdout.write(markdown_reference() if args.reference else crd_yaml())
+    if args.conditions:
+        sys.stdout.write(conditions_table())
+    else:
+        sys.stdout.write(markdown_reference() if args.reference else crd_yaml())
     return 0
 
 
@@ -405,12 +409,19 @@ def build_parser() -> argparse.ArgumentParser:
                            "Pods, workloads or Lists (multi-document YAML or JSON)")  # fmt: skip
     admission.set_defaults(func=cmd_admit)
 
-    crd = commands.add_parser("crd", help="print the WindowsRuntimeProfile CRD")
+    _crd_command(commands.add_parser("crd", help="print the WindowsRuntimeProfile CRD"))
+    return parser
+
+
+def _crd_command(crd: argparse.ArgumentParser) -> None:
     crd.add_argument(
         "--reference", action="store_true", help="print the field reference as Markdown instead"
     )
+    crd.add_argument(
+        "--conditions", action="store_true",
+        help="print the status conditions and their reasons as a Markdown table instead",
+    )  # fmt: skip
     crd.set_defaults(func=cmd_crd)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -80,3 +80,44 @@ def test_overlay_example_builds_with_real_kustomize(tmp_path: Path) -> None:
         for c in o["spec"]["template"]["spec"]["containers"]
     }
     assert images == {i["newName"] for i in overlay["images"]}
+
+
+def test_every_make_target_the_docs_name_exists() -> None:
+    """`make X` in the docs and the tools' scripts names a target of the Makefile (the
+    control plane's build script once told people to run a `make cluster-clean` there is not)."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    targets = set(re.findall(r"^([a-z][a-z0-9-]*):", makefile, flags=re.MULTILINE))
+    places = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "tools").rglob("*.sh")]
+    named = {
+        (path.relative_to(ROOT).as_posix(), target)
+        for path in places
+        for target in re.findall(r"`make ([a-z][a-z0-9-]*)", path.read_text(encoding="utf-8"))
+    }
+    assert named, "no `make` target named anywhere: the pattern is wrong"
+    assert {(where, t) for where, t in named if t not in targets} == set()
+
+
+def test_the_argocd_cm_snippet_is_the_health_check_as_tested() -> None:
+    config_map = _block("resource.customizations.health.runtime.wcow.dev_WindowsRuntimeProfile")
+    assert config_map["metadata"] == {
+        "name": "argocd-cm",
+        "namespace": "argocd",
+        "labels": {"app.kubernetes.io/part-of": "argocd"},
+    }
+    script = ROOT / "deploy/argocd/resource_customizations/runtime.wcow.dev"
+    lua = (script / "WindowsRuntimeProfile" / "health.lua").read_text(encoding="utf-8")
+    key = "resource.customizations.health.runtime.wcow.dev_WindowsRuntimeProfile"
+    assert config_map["data"] == {key: lua}
+
+
+def test_the_flux_example_waits_for_profiles_and_installs_this_chart() -> None:
+    block = next(b for b in _yaml_blocks() if "kind: HelmRelease" in b)
+    documents = {d["kind"]: d for d in yaml.safe_load_all(block)}
+    assert set(documents) == {"GitRepository", "HelmRelease", "Kustomization"}
+    chart = documents["HelmRelease"]["spec"]["chart"]["spec"]
+    assert (ROOT / chart["chart"] / "Chart.yaml").is_file()
+    assert chart["sourceRef"]["name"] == documents["GitRepository"]["metadata"]["name"]
+    values = documents["HelmRelease"]["spec"]["values"]
+    defaults = yaml.safe_load((ROOT / chart["chart"] / "values.yaml").read_text(encoding="utf-8"))
+    assert set(values["agent"]["updateStrategy"]) <= set(defaults["agent"]["updateStrategy"])
+    assert documents["Kustomization"]["spec"]["wait"] is True

@@ -11,7 +11,10 @@ preflighted, restarted containerd and ran its canaries), never from the operator
 - fixing the spec resumes it; so does the resume annotation after a node fault is repaired;
 - deleting the profile removes its table and label from every node, paced too;
 - the operator SIGKILLed mid-rollout: no node starts applying without permission while it is
-  down, and a new operator finishes the rollout without exceeding maxUnavailable.
+  down, and a new operator finishes the rollout without exceeding maxUnavailable;
+- what GitOps tools make of the live profile: kstatus's rules (tests/kstatus.py, as Flux's
+  `wait: true` reads it) say InProgress while rolling, Failed when halted, Current when done;
+  the Argo CD health check (run by Lua) says Progressing, Degraded and Healthy.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
 
+from tests.argocd import health
 from tests.e2e.operator_harness import (
     GROUP,
     PLURAL,
@@ -53,6 +58,7 @@ from tests.fleet.paced import (
     settle,
     until,
 )
+from tests.kstatus import compute
 from wcow_agent.simulate.fleet import Fleet
 from wcow_contract.labels import READY_VALUE, ready_label
 
@@ -65,6 +71,23 @@ FLEET_LIMIT = 3
 # The profile's own spec.rollout.maxUnavailable, lower: it wins for changes to it.
 PROFILE_LIMIT = 2
 CANARY_SECONDS = 0.3  # long enough that two nodes let in together overlap
+RULE_STALLED = "the first True of Reconciling/Stalled in status.conditions is Stalled"
+
+
+def kstatus(view: View, name: str) -> str:
+    body = view.profile(name)
+    assert body is not None, name
+    return compute(body)[0]
+
+
+def current(view: View, name: str) -> dict[str, Any] | None:
+    """The live profile once kstatus reads it Current."""
+    body = view.profile(name)
+    return body if body is not None and compute(body)[0] == "Current" else None
+
+
+def stalled(body: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in body["status"]["conditions"] if c["type"] == "Stalled")
 
 
 def hyperv_profile(name: str, memory: int) -> dict[str, object]:
@@ -144,12 +167,17 @@ def test_good_change_paced_fault_halts_resume_annotation_resumes_deletion_paced(
         since = time.time()
         patch_spec(kube, hv, {"vm": {"memoryMB": 3072}})
         new_plan(operator, kube, ns, first)
-        good = until(
-            operator,
-            "3072 MB on every node",
-            lambda: reached(view, kube, ns, hv, (MEMORY, 3072)),
-            explain,
-        )
+        seen: set[str] = set()
+
+        def watched() -> str | None:
+            seen.add(kstatus(view, hv))
+            return reached(view, kube, ns, hv, (MEMORY, 3072))
+
+        good = until(operator, "3072 MB on every node", watched, explain)
+        assert "InProgress" in seen, seen  # Flux waits while nodes take the change
+        assert "Failed" not in seen, seen
+        done = operator.until(f"{hv} kstatus Current", lambda: current(view, hv))
+        assert health(done)["status"] == "Healthy", health(done)
         windows = apply_windows(fleet.nodes, since)
         assert sorted(w.node for w in windows) == names, windows  # each node applied once
         assert peak_overlap(windows) <= PROFILE_LIMIT, windows
@@ -170,6 +198,15 @@ def test_good_change_paced_fault_halts_resume_annotation_resumes_deletion_paced(
         resumable = new_plan(operator, kube, ns, good)
         stop = operator.until(f"{hv} halted by {broken}", lambda: halted(view, hv))
         assert broken in stop["message"], stop["message"]
+        body = view.profile(hv)
+        assert body is not None
+        assert compute(body) == ("Failed", RULE_STALLED), body["status"]
+        assert stalled(body)["reason"] == "RolloutHalted"
+        assert broken in stalled(body)["message"]
+        argo = health(body)
+        assert argo["status"] == "Degraded", argo
+        assert argo["message"].startswith("RolloutHalted: "), argo
+        assert "resume-rollout" in argo["message"], argo
         settle(3.0)
         tried = appliers(fleet.nodes, since)
         # In name order, two at a time: nobody after the one let in beside the broken node.
@@ -193,6 +230,8 @@ def test_good_change_paced_fault_halts_resume_annotation_resumes_deletion_paced(
         windows = apply_windows(fleet.nodes, since)
         assert {w.node for w in windows} == set(names)
         assert peak_overlap(windows) <= PROFILE_LIMIT, windows
+        resumed = operator.until(f"{hv} kstatus Current again", lambda: current(view, hv))
+        assert stalled(resumed)["status"] == "False", resumed["status"]
         rollout = read_rollout(kube, ns)
         assert rollout is not None
         assert rollout.resumed_by is not None
@@ -256,6 +295,8 @@ def test_bad_change_stops_after_max_unavailable_nodes(
         body = view.profile(hv)
         assert body is not None
         assert body["status"]["rollout"]["state"] == "Halted", body["status"]
+        assert compute(body) == ("Failed", RULE_STALLED), body["status"]
+        assert health(body)["status"] == "Degraded", health(body)
         notes = events(kube, hv, "RolloutHalted")
         assert notes, "no RolloutHalted event"
         assert all(e["type"] == "Warning" for e in notes), notes

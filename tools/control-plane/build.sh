@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the test control plane (kube-apiserver, kube-controller-manager, etcd) from the
 # versions pinned in this directory's go.mod into .cache/control-plane/bin/, once.
-# Binaries already there are kept; delete the folder (or `make cluster-clean`) to rebuild.
+# Binaries already there are kept; delete .cache/control-plane/bin/ to rebuild (they are
+# also rebuilt when the pins below change).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"

@@ -18,8 +18,12 @@ from pydantic import ValidationError
 from wcow_contract.canonical import canonical_json
 from wcow_contract.conditions import (
     NODES_READY,
+    PLANNED,
     READY,
+    RECONCILING,
+    ROLLED_OUT,
     RUNTIME_CLASS_READY,
+    STALLED,
     VALID,
     find_condition,
     set_condition,
@@ -41,6 +45,7 @@ from wcow_contract.v1alpha1 import (
     WindowsRuntimeProfile,
     WindowsRuntimeProfileStatus,
 )
+from wcow_operator.reconcile.health import reconciling_and_stalled
 from wcow_operator.reconcile.model import (
     FINALIZER,
     EventNote,
@@ -59,8 +64,6 @@ from wcow_operator.render.runtimeclass import (
     render_runtime_class,
 )
 
-PLANNED = "Planned"
-ROLLED_OUT = "RolledOut"
 RolloutPhase = Literal["Progressing", "Complete", "Halted"]
 CONFIGMAP_LIMIT = 1024 * 1024
 
@@ -429,6 +432,18 @@ def _conditions(
             rollout or ("True", "NoChangePending", "no change of this handler is rolling out"),
         )
     )
+    reconciling, stalled = reconciling_and_stalled(rows, nodes_gate=gated)
+    rows += [(RECONCILING, reconciling), (STALLED, stalled)]
+    return _set_rows(current, rows, generation, now)
+
+
+def _set_rows(
+    current: list[Condition],
+    rows: list[tuple[str, tuple[ConditionStatus, str, str]]],
+    generation: int | None,
+    now: datetime,
+) -> list[Condition]:
+    """``current`` with every row set, in the rows' order (others after them)."""
     conditions = list(current)
     for type_, (status, reason, message) in rows:
         conditions = set_condition(
@@ -468,13 +483,22 @@ def runtime_class_failed(
     model = WindowsRuntimeProfileStatus.model_validate(status)
     message = f"writing the RuntimeClass failed: {error}"[:1024]
     conditions = model.conditions
-    for type_ in (RUNTIME_CLASS_READY, READY):
+    rows: list[tuple[str, ConditionStatus, str, str]] = [
+        (RUNTIME_CLASS_READY, "False", "RuntimeClassWriteFailed", message),
+        (READY, "False", "RuntimeClassWriteFailed", message),
+    ]
+    stalled = find_condition(conditions, STALLED)
+    if stalled is None or stalled.status != "True":
+        # The next pass tries again: under way, unless something else needs a person.
+        rows.append((RECONCILING, "True", "RuntimeClassWriteFailed", message))
+        rows.append((STALLED, "False", "Progressing", "see Reconciling"))
+    for type_, condition_status, reason, text in rows:
         conditions = set_condition(
             conditions,
             type_,
-            status="False",
-            reason="RuntimeClassWriteFailed",
-            message=message,
+            status=condition_status,
+            reason=reason,
+            message=text,
             observed_generation=model.observed_generation,
             now=now,
         )
@@ -632,7 +656,11 @@ def _rollout_status(
         row = ("True", "RolloutComplete", f"{done} Windows nodes run the current plan")
         phase = "Complete"
     else:
-        row = ("False", "RollingOut", "Windows nodes are taking the change a few at a time")
+        row = (
+            "False",
+            "RollingOut",
+            f"{done} Windows nodes run the current plan; the others take it a few at a time",
+        )
         phase = "Progressing"
     status = RolloutStatus(
         plan_hash=progress.plan_hash,
