@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from wcow_agent.agent import CycleReport
+from wcow_agent.agent import CycleReport, HandlerOutcome
 
 CANARY_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
 
@@ -51,6 +51,16 @@ class Metrics:
             ["handler"],
             registry=r,
         )
+        # handler_ready is 0 for a handler this host cannot run as for one that failed; the
+        # state tells them apart, so an alert can skip NotEligible handlers and the
+        # GuestBuildUnsupported ones of another node pool (charts/.../prometheus-rules.yaml).
+        self.handler_state = Gauge(
+            "wcow_agent_handler_state",
+            "1 for each handler's current state (Ready, Failed, Pending, NotEligible, "
+            "Conflict) and reason on this node, as in the node's agent-status annotation.",
+            ["handler", "state", "reason"],
+            registry=r,
+        )
         self.plan_errors = Counter(
             "wcow_agent_plan_errors",
             "Plans that could not be used (missing, not JSON, hash mismatch, schema).",
@@ -68,6 +78,7 @@ class Metrics:
             registry=r,
         )
         self._handlers: set[str] = set()
+        self._states: set[tuple[str, str, str]] = set()
 
     def record(self, report: CycleReport) -> None:
         self.applies.labels(report.result).inc()
@@ -81,6 +92,7 @@ class Metrics:
         if report.handlers is not None:
             self.rollout_waiting.set(1 if report.waiting is not None else 0)
             self.set_ready({h: o.state == "Ready" for h, o in report.handlers.items()})
+            self.set_states(report.handlers)
 
     def set_ready(self, handlers: Mapping[str, bool]) -> None:
         for gone in self._handlers - set(handlers):
@@ -88,3 +100,11 @@ class Metrics:
         for handler, ready in handlers.items():
             self.handler_ready.labels(handler).set(1 if ready else 0)
         self._handlers = set(handlers)
+
+    def set_states(self, handlers: Mapping[str, HandlerOutcome]) -> None:
+        states: set[tuple[str, str, str]] = {(h, o.state, o.reason) for h, o in handlers.items()}
+        for gone in self._states - states:
+            self.handler_state.remove(*gone)
+        for labels in states:
+            self.handler_state.labels(*labels).set(1)
+        self._states = states
