@@ -104,7 +104,9 @@ MATRIX: dict[str, dict[str, Any]] = {
                 "interval": "15s",
                 "scrapeTimeout": "5s",
                 "labels": {"release": "kube-prometheus-stack"},
-            }
+            },
+            "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+            "dashboard": {"enabled": True, "annotations": {"grafana_folder": "Windows"}},
         }
     },
     "images-by-digest": {
@@ -254,7 +256,8 @@ def test_recommended_labels_and_components(case: str, values: dict[str, Any]) ->
         assert labels["helm.sh/chart"] == "wcow-runtime-0.1.0"
         assert labels["app.kubernetes.io/version"] == "0.1.0"
         if obj["kind"] not in ("CustomResourceDefinition", KIND):
-            assert labels["app.kubernetes.io/component"] in ("operator", "node-agent"), obj
+            components = ("operator", "node-agent", "monitoring")
+            assert labels["app.kubernetes.io/component"] in components, obj
         for key, value in values.get("commonLabels", {}).items():
             assert labels[key] == value
 
