@@ -38,6 +38,27 @@ class Metrics:
             "Handler tables written again after something else removed or changed them.",
             registry=r,
         )
+        self._handler_metrics(r)
+        self.plan_errors = Counter(
+            "wcow_agent_plan_errors",
+            "Plans that could not be used (missing, not JSON, hash mismatch, schema).",
+            registry=r,
+        )
+        self.cluster_errors = Counter(
+            "wcow_agent_cluster_errors",
+            "Failed calls to the Kubernetes API (reading the plan, patching the Node).",
+            registry=r,
+        )
+        self.rollout_waiting = Gauge(
+            "wcow_agent_rollout_waiting",
+            "1 while the node keeps its config.toml because the current (paced) plan waits "
+            "for the rollout's permission, else 0.",
+            registry=r,
+        )
+        self._handlers: set[str] = set()
+        self._states: set[tuple[str, str, str]] = set()
+
+    def _handler_metrics(self, r: CollectorRegistry) -> None:
         self.canary_duration = Histogram(
             "wcow_agent_canary_duration_seconds",
             "Canary duration by handler and result (passed, failed).",
@@ -61,24 +82,6 @@ class Metrics:
             ["handler", "state", "reason"],
             registry=r,
         )
-        self.plan_errors = Counter(
-            "wcow_agent_plan_errors",
-            "Plans that could not be used (missing, not JSON, hash mismatch, schema).",
-            registry=r,
-        )
-        self.cluster_errors = Counter(
-            "wcow_agent_cluster_errors",
-            "Failed calls to the Kubernetes API (reading the plan, patching the Node).",
-            registry=r,
-        )
-        self.rollout_waiting = Gauge(
-            "wcow_agent_rollout_waiting",
-            "1 while the node keeps its config.toml because the current (paced) plan waits "
-            "for the rollout's permission, else 0.",
-            registry=r,
-        )
-        self._handlers: set[str] = set()
-        self._states: set[tuple[str, str, str]] = set()
 
     def record(self, report: CycleReport) -> None:
         self.applies.labels(report.result).inc()
