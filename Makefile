@@ -11,7 +11,7 @@ DEMO   := out/demo
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
 .PHONY: demo test lint types imports unit install containerd crds clean \
-        control-plane registry e2e cluster-up cluster-down
+        control-plane registry promtool e2e cluster-up cluster-down
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -61,7 +61,7 @@ types: install
 imports: install
 	$(BIN)/lint-imports
 
-unit: install containerd registry
+unit: install containerd registry promtool
 	@$(BIN)/pytest -m 'not e2e'; rc=$$?; \
 	  if [ $$rc = 5 ]; then echo "error: pytest collected no tests: the suite is broken"; fi; \
 	  exit $$rc
@@ -74,6 +74,13 @@ test: lint types imports unit
 registry:
 	@if command -v go >/dev/null 2>&1; then tools/registry/build.sh; \
 	  else echo "note: Go is not installed: the test registry is not built; its tests will skip"; fi
+
+# promtool (Prometheus' rule checker), built from tools/promtool/go.mod into
+# .cache/promtool/bin/ when Go is there: the chart's alerts and dashboard queries are
+# checked and unit-tested with it (tests/monitoring); without Go those tests skip.
+promtool:
+	@if command -v go >/dev/null 2>&1; then tools/promtool/build.sh; \
+	  else echo "note: Go is not installed: promtool is not built; the alert rule tests will skip"; fi
 
 # The cluster tests: against the cluster KUBECONFIG points at, or else the local control
 # plane (kube-apiserver, kube-controller-manager, etcd built from tools/control-plane/go.mod

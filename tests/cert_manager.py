@@ -5,15 +5,12 @@ are validated against them, and the e2e suite installs them into the local contr
 from __future__ import annotations
 
 import functools
-import json
-import shutil
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from tests.conftest import ROOT
+from tests.go_modules import GoModuleUnavailableError, module_dir
 
 TOOLS = ROOT / "tools" / "cert-manager"
 MODULE = "github.com/cert-manager/cert-manager"
@@ -21,26 +18,14 @@ CRD_FILES = ("cert-manager.io_certificates.yaml", "cert-manager.io_issuers.yaml"
              "cert-manager.io_clusterissuers.yaml")  # fmt: skip
 
 
-class CertManagerUnavailableError(RuntimeError):
-    pass
+# Raised without Go or the module (kept under its old name for the callers).
+CertManagerUnavailableError = GoModuleUnavailableError
 
 
 @functools.cache
 def crds() -> tuple[dict[str, Any], ...]:
     """The CRDs of the pinned cert-manager (raises CertManagerUnavailableError without Go)."""
-    go = shutil.which("go")
-    if go is None:
-        raise CertManagerUnavailableError(
-            "go is not on PATH: cert-manager's CRDs come from the module pinned in "
-            "tools/cert-manager/go.mod"
-        )
-    found = subprocess.run(
-        [go, "mod", "download", "-json", MODULE],
-        cwd=TOOLS, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    if found.returncode != 0:
-        raise CertManagerUnavailableError(f"go mod download {MODULE}: {found.stderr.strip()}")
-    directory = Path(json.loads(found.stdout)["Dir"]) / "deploy" / "crds"
+    directory = module_dir(TOOLS, MODULE) / "deploy" / "crds"
     return tuple(
         yaml.safe_load((directory / name).read_text(encoding="utf-8")) for name in CRD_FILES
     )

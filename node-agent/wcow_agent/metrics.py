@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from wcow_agent.agent import CycleReport
+from wcow_agent.agent import CycleReport, HandlerOutcome
 from wcow_agent.state import PAUSE_PHASES
 
 PAUSE_CHANGE_HELP = (
@@ -43,19 +43,7 @@ class Metrics:
             "Handler tables written again after something else removed or changed them.",
             registry=r,
         )
-        self.canary_duration = Histogram(
-            "wcow_agent_canary_duration_seconds",
-            "Canary duration by handler and result (passed, failed).",
-            ["handler", "result"],
-            buckets=CANARY_BUCKETS,
-            registry=r,
-        )
-        self.handler_ready = Gauge(
-            "wcow_agent_handler_ready",
-            "1 when the handler is applied and its canary passed on this node, else 0.",
-            ["handler"],
-            registry=r,
-        )
+        self._handler_metrics(r)
         self.plan_errors = Counter(
             "wcow_agent_plan_errors",
             "Plans that could not be used (missing, not JSON, hash mismatch, schema).",
@@ -76,6 +64,32 @@ class Metrics:
             "wcow_agent_pause_image_change", PAUSE_CHANGE_HELP, ["phase"], registry=r
         )
         self._handlers: set[str] = set()
+        self._states: set[tuple[str, str, str]] = set()
+
+    def _handler_metrics(self, r: CollectorRegistry) -> None:
+        self.canary_duration = Histogram(
+            "wcow_agent_canary_duration_seconds",
+            "Canary duration by handler and result (passed, failed).",
+            ["handler", "result"],
+            buckets=CANARY_BUCKETS,
+            registry=r,
+        )
+        self.handler_ready = Gauge(
+            "wcow_agent_handler_ready",
+            "1 when the handler is applied and its canary passed on this node, else 0.",
+            ["handler"],
+            registry=r,
+        )
+        # handler_ready is 0 for a handler this host cannot run as for one that failed; the
+        # state tells them apart, so an alert can skip NotEligible handlers and the
+        # GuestBuildUnsupported ones of another node pool (charts/.../prometheus-rules.yaml).
+        self.handler_state = Gauge(
+            "wcow_agent_handler_state",
+            "1 for each handler's current state (Ready, Failed, Pending, NotEligible, "
+            "Conflict) and reason on this node, as in the node's agent-status annotation.",
+            ["handler", "state", "reason"],
+            registry=r,
+        )
 
     def record(self, report: CycleReport) -> None:
         self.applies.labels(report.result).inc()
@@ -89,6 +103,7 @@ class Metrics:
         if report.handlers is not None:
             self.rollout_waiting.set(1 if report.waiting is not None else 0)
             self.set_ready({h: o.state == "Ready" for h, o in report.handlers.items()})
+            self.set_states(report.handlers)
 
     def set_pause_change(self, phase: str | None) -> None:
         for name in PAUSE_PHASES:
@@ -100,3 +115,11 @@ class Metrics:
         for handler, ready in handlers.items():
             self.handler_ready.labels(handler).set(1 if ready else 0)
         self._handlers = set(handlers)
+
+    def set_states(self, handlers: Mapping[str, HandlerOutcome]) -> None:
+        states: set[tuple[str, str, str]] = {(h, o.state, o.reason) for h, o in handlers.items()}
+        for gone in self._states - states:
+            self.handler_state.remove(*gone)
+        for labels in states:
+            self.handler_state.labels(*labels).set(1)
+        self._states = states

@@ -132,6 +132,34 @@ def test_a_failed_handler_loses_its_label_and_says_why(
     assert sample(loop, "wcow_agent_rollbacks_total") == 1
 
 
+def test_the_handler_state_metric_tells_a_failed_handler_from_one_the_host_cannot_run(
+    node: FakeNode, cluster: FakeCluster
+) -> None:
+    """handler_ready is 0 for both; the alert on handlers not ready reads the state (only
+    the current one has a series)."""
+    cluster.set_plan(make_plan(hyperv(), hyperv("hv2025", windowsBuild="ltsc2025")))
+    loop = make_loop(node, cluster)
+    loop.cycle()
+    assert (
+        sample(loop, "wcow_agent_handler_state", handler="hv", state="Ready", reason="CanaryPassed")
+        == 1
+    )
+    not_eligible = {"handler": "hv2025", "state": "NotEligible", "reason": "HostBuildTooOld"}
+    assert sample(loop, "wcow_agent_handler_state", **not_eligible) == 1
+    node.refuse = lambda text: "bad options" if text and "8192" in text else None
+
+    loop.on_plan(cluster.set_plan(make_plan(hyperv(vm={"memoryMB": 8192}))))
+    loop.cycle()
+
+    failed = {"handler": "hv", "state": "Failed", "reason": "ContainerdRolledBack"}
+    assert sample(loop, "wcow_agent_handler_state", **failed) == 1
+    assert (
+        sample(loop, "wcow_agent_handler_state", handler="hv", state="Ready", reason="CanaryPassed")
+        is None
+    )
+    assert sample(loop, "wcow_agent_handler_state", **not_eligible) is None  # left the plan
+
+
 @pytest.mark.parametrize(
     ("plan", "why"),
     [

@@ -107,7 +107,9 @@ MATRIX: dict[str, dict[str, Any]] = {
                 "interval": "15s",
                 "scrapeTimeout": "5s",
                 "labels": {"release": "kube-prometheus-stack"},
-            }
+            },
+            "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+            "dashboard": {"enabled": True, "annotations": {"grafana_folder": "Windows"}},
         }
     },
     "images-by-digest": {
@@ -259,7 +261,7 @@ def test_recommended_labels_and_components(case: str, values: dict[str, Any]) ->
         assert labels["helm.sh/chart"] == "wcow-runtime-0.1.0"
         assert labels["app.kubernetes.io/version"] == "0.1.0"
         if obj["kind"] not in ("CustomResourceDefinition", KIND):
-            components = ("operator", "node-agent", "viewer", "test")
+            components = ("operator", "node-agent", "viewer", "test", "monitoring")
             assert labels["app.kubernetes.io/component"] in components, obj
         for key, value in values.get("commonLabels", {}).items():
             assert labels[key] == value

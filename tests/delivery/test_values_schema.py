@@ -26,6 +26,8 @@ def chart() -> Any:
         ({"agent": {"updateStrategy": {"maxUnavaliable": 2}}}, "'maxUnavaliable' not allowed"),
         ({"crds": {"keeep": False}}, "'keeep' not allowed"),
         ({"metrics": {"serviceMonitor": {"enable": True}}}, "'enable' not allowed"),
+        ({"metrics": {"prometheusRules": {"enabled": True}}}, "'prometheusRules' not allowed"),
+        ({"metrics": {"dashboard": {"label": {"a": "b"}}}}, "'label' not allowed"),
         ({"admissionPolicy": {"enabeld": False}}, "'enabeld' not allowed"),
         ({"webhook": {"certmanager": {"enabled": True}}}, "'certmanager' not allowed"),
         ({"profiles": {"hyperv": {"vm": {"memoryMb": 2048}}}}, "'memoryMb' not allowed"),
@@ -57,6 +59,8 @@ def test_misspelt_keys_are_rejected(chart: Any, values: dict[str, Any], where: s
         ({"profiles": {"hyperv": {"vm": {"memoryMB": 2047}}}}, "memoryMB"),
         ({"profiles": {"hyperv": {"vm": {"oversizedPods": "warn"}}}}, "oversizedPods"),
         ({"metrics": {"serviceMonitor": {"interval": "30 seconds"}}}, "interval"),
+        ({"metrics": {"dashboard": {"namespace": "Monitoring"}}}, "namespace"),
+        ({"metrics": {"prometheusRule": {"labels": {"release": 1}}}}, "labels"),
         ({"webhook": {"port": 443}}, "port"),  # the operator runs as non-root
         ({"webhook": {"certManager": {"issuerRef": {"namespace": "x"}}}}, "namespace"),
         ({"webhook": {"certManager": {"issuerRef": {"name": "a\nkind: X"}}}}, "name"),
