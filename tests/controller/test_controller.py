@@ -254,6 +254,12 @@ def test_metrics_after_a_pass(api: FakeApi, controller: Controller) -> None:
     registry = controller.metrics.registry
     assert registry.get_sample_value("wcow_runtimeclasses_managed") == 1
     assert registry.get_sample_value("wcow_profiles", {"condition": "Valid", "status": "True"}) == 1
+    # kstatus's two conditions are counted too: with no Windows node, the gated profile
+    # needs a person (Stalled, NoEligibleNodes) and nothing is under way.
+    stalled = {"condition": "Stalled", "status": "True"}
+    reconciling = {"condition": "Reconciling", "status": "True"}
+    assert registry.get_sample_value("wcow_profiles", stalled) == 1
+    assert registry.get_sample_value("wcow_profiles", reconciling) == 0
     assert registry.get_sample_value("wcow_plan_handlers") == 1
     assert (registry.get_sample_value("wcow_plan_size_bytes") or 0) > 100
     assert (registry.get_sample_value("wcow_reconcile_total", {"result": "success"}) or 0) >= 1

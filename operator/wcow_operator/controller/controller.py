@@ -40,7 +40,16 @@ from wcow_operator.reconcile.model import (
 log = logging.getLogger(__name__)
 EVENT_NAMESPACE = "default"
 RUNTIME_CLASS_WRITES = ("create-runtime-class", "replace-runtime-class", "recreate-runtime-class")
-CONDITION_TYPES = ("Valid", "Planned", "RuntimeClassReady", "NodesReady", "Ready", "RolledOut")
+CONDITION_TYPES = (
+    "Valid",
+    "Planned",
+    "RuntimeClassReady",
+    "NodesReady",
+    "Ready",
+    "RolledOut",
+    "Reconciling",
+    "Stalled",
+)
 
 
 @dataclass
