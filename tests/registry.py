@@ -38,10 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from cryptography.hazmat.primitives import serialization
 
+from tests.built_tools import require_built
 from tests.control_plane import LOOPBACK, _certificate, _key, _name, _pem_key, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,15 +66,7 @@ _INDEX_FOR = {OCI_MANIFEST: OCI_INDEX, DOCKER_MANIFEST: DOCKER_LIST}
 
 def require_registry() -> None:
     """Skip (or, under ``WCOW_E2E_REQUIRED=1``, fail) when the registry is not built."""
-    if os.access(BIN, os.X_OK):
-        return
-    reason = (
-        f"the test registry is not built ({BIN.relative_to(ROOT)} is missing): it needs Go "
-        f"1.25+ and the Go module proxy; run {BUILD_SCRIPT.relative_to(ROOT)} (or `make test`)"
-    )
-    if os.environ.get("WCOW_E2E_REQUIRED") == "1":
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(reason)
+    require_built(BIN, "the test registry", BUILD_SCRIPT)
 
 
 @dataclass(frozen=True)

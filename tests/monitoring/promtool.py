@@ -8,12 +8,10 @@ Built from the version pinned in tools/promtool/go.mod into .cache/promtool/bin/
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
-import pytest
-
+from tests.built_tools import require_built
 from tests.conftest import ROOT
 
 BIN = ROOT / ".cache" / "promtool" / "bin" / "promtool"
@@ -23,15 +21,7 @@ TIMEOUT_SECONDS = 120
 
 def promtool() -> Path:
     """The binary; skip (or, under ``WCOW_E2E_REQUIRED=1``, fail) when it is not built."""
-    if os.access(BIN, os.X_OK):
-        return BIN
-    reason = (
-        f"promtool is not built ({BIN.relative_to(ROOT)} is missing): it needs Go 1.25+ and "
-        f"the Go module proxy; run {BUILD_SCRIPT.relative_to(ROOT)} (or `make test`)"
-    )
-    if os.environ.get("WCOW_E2E_REQUIRED") == "1":
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(reason)
+    return require_built(BIN, "promtool", BUILD_SCRIPT)
 
 
 def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
