@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from wcow_contract.condition_table import CONDITIONS
 from wcow_contract.conditions import timestamp
 from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_KEY
 from wcow_contract.rollout import ROLLOUT_CONFIGMAP
@@ -40,16 +41,8 @@ from wcow_operator.reconcile.model import (
 log = logging.getLogger(__name__)
 EVENT_NAMESPACE = "default"
 RUNTIME_CLASS_WRITES = ("create-runtime-class", "replace-runtime-class", "recreate-runtime-class")
-CONDITION_TYPES = (
-    "Valid",
-    "Planned",
-    "RuntimeClassReady",
-    "NodesReady",
-    "Ready",
-    "RolledOut",
-    "Reconciling",
-    "Stalled",
-)
+# The metric counts every condition a profile carries (the catalogue the docs render).
+CONDITION_TYPES = tuple(kind.type for kind in CONDITIONS)
 
 
 @dataclass
