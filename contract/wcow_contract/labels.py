@@ -22,3 +22,10 @@ def guest_build_label(build: WindowsBuild) -> str:
     (``node.runtime.wcow.dev/guest-build-17763: "true"``): node pools per guest build select
     on it."""
     return f"{GUEST_BUILD_LABEL_PREFIX}{build.number}"
+
+
+# Register a node pool's Windows nodes with this taint (NoSchedule) and its agent removes it
+# once its first cycle has a verdict for every handler of the plan: until then no pod lands,
+# and cluster-autoscaler, which treats the prefix startup-taint.cluster-autoscaler.kubernetes.io/
+# as "still starting" (cluster-autoscaler FAQ.md, startup taints), scales up no second node.
+STARTUP_TAINT = "startup-taint.cluster-autoscaler.kubernetes.io/wcow-runtime"

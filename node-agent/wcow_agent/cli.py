@@ -58,7 +58,7 @@ from wcow_agent.state import PRISTINE_SUFFIX, STATE_SUFFIX, Paths, StateJournal
 from wcow_agent.uninstall import UninstallError
 from wcow_agent.watch import RunOptions
 from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
-from wcow_contract.labels import READY_VALUE, ready_label
+from wcow_contract.labels import READY_VALUE, STARTUP_TAINT, ready_label
 from wcow_contract.support.health import HealthServer, StepHealth
 from wcow_contract.v1alpha1 import ImageReference
 from wcow_contract.validation import is_dns1123_label
@@ -416,6 +416,14 @@ def _add_run(commands: Any) -> None:
         "is kept and put back when the flag is dropped or on uninstall. It decides the guest "
         "build of every Hyper-V pod on the node: one guest build per node pool (docs/agent.md)",
     )
+    run.add_argument(
+        "--startup-taint",
+        default=STARTUP_TAINT,
+        metavar="KEY",
+        help="remove the taint KEY from this Node once every handler of the plan has a "
+        "verdict, so a node registered with it takes no pod before (default "
+        f"{STARTUP_TAINT}; empty: none; README, Autoscaling)",
+    )
     run.set_defaults(func=cmd_run)
 
 
@@ -478,6 +486,7 @@ def prepare_run(
         resync_seconds=args.resync_seconds,
         drift_check_seconds=args.drift_check_seconds,
         retry_seconds=args.retry_seconds,
+        startup_taint=args.startup_taint or None,
     )
     return AgentLoop(
         _agent(args, host, stop),

@@ -8,9 +8,9 @@ by name), nodes get/patch, events create.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 FIELD_MANAGER = "wcow-agent"
 CANARY_REQUEST_ANNOTATION = "runtime.wcow.dev/canary-request"
@@ -56,6 +56,7 @@ class NodeObject:
     uid: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Mapping[str, Any], ...] = ()
 
 
 class Cluster(Protocol):
@@ -84,6 +85,13 @@ class Cluster(Protocol):
         annotations: Mapping[str, str | None],
     ) -> None:
         """Merge-patch labels and annotations of one Node (None removes a key)."""
+        ...
+
+    def replace_taints(
+        self, name: str, current: Sequence[Mapping[str, Any]], taints: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Set the Node's taints to ``taints`` if they are still ``current`` (a JSON patch
+        with a test: a taint someone added meanwhile is not lost)."""
         ...
 
     def node_event(self, node: NodeObject, reason: str, message: str, warning: bool) -> None: ...

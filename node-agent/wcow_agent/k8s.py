@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -251,7 +251,23 @@ class KubernetesCluster:
             uid=metadata.uid,
             labels=dict(metadata.labels or {}),
             annotations=dict(metadata.annotations or {}),
+            taints=tuple(
+                self.core.api_client.sanitize_for_serialization(taint)
+                for taint in (node.spec.taints if node.spec is not None else None) or []
+            ),
         )
+
+    def replace_taints(
+        self, name: str, current: Sequence[Mapping[str, Any]], taints: Sequence[Mapping[str, Any]]
+    ) -> None:
+        patch = [
+            {"op": "test", "path": "/spec/taints", "value": list(current)},
+            {"op": "replace", "path": "/spec/taints", "value": list(taints)},
+        ]
+        try:
+            self.core.patch_node(name, patch, field_manager=FIELD_MANAGER)
+        except ApiException as error:
+            raise _error(f"removing a taint of Node {name}", error) from None
 
     def patch_node(
         self,

@@ -43,6 +43,9 @@ class RunOptions:
     resync_seconds: float = 300.0
     drift_check_seconds: float = 30.0
     retry_seconds: float = 30.0
+    startup_taint: str | None = None
+    """The taint (key) this agent removes from its Node once every handler has a verdict
+    (``startup``); None: none."""
 
 
 class ClusterView:

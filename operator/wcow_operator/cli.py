@@ -7,6 +7,7 @@ Exit codes: 0 success, 1 invalid input (profiles, conflicts, unreadable YAML), 2
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -20,15 +21,18 @@ import yaml
 from wcow_contract.condition_table import markdown_table as conditions_table
 from wcow_contract.crd import custom_resource_definition
 from wcow_contract.errors import ProfileInvalidError, parse_profile
+from wcow_contract.labels import STARTUP_TAINT
 from wcow_contract.plan import dump_plan
 from wcow_contract.reference import markdown_reference
 from wcow_contract.v1alpha1 import API_VERSION, KIND, WindowsRuntimeProfile
+from wcow_contract.windows_builds import parse_windows_build
 from wcow_operator.reconcile.admission import Refused, admit
 from wcow_operator.reconcile.workloads import TEMPLATE_PATHS, PodSource, pods_in
 from wcow_operator.registry.client import RegistryClient
 from wcow_operator.registry.resolver import ImageAdmission, Resolver
 from wcow_operator.render.bundle import ProfileConflictError, Rendered, render_all
 from wcow_operator.render.configmaps import plan_config_map
+from wcow_operator.render.node_template import as_document, as_text, node_template
 from wcow_operator.render.serialize import dump_yaml, dump_yaml_documents
 
 EXIT_INVALID = 1
@@ -343,6 +347,21 @@ def _image_admission(args: argparse.Namespace) -> ImageAdmission:
 CRD_HEADER = "# Generated from wcow_contract/v1alpha1.py by `wcow crd`. Do not edit.\n"
 
 
+def cmd_node_template(args: argparse.Namespace) -> int:
+    try:
+        host = parse_windows_build(args.host_build)
+    except ValueError as error:
+        raise UsageError(f"--host-build: {error}") from None
+    template = node_template([i.profile for i in _load_or_fail(args.profiles)], host, args.hyperv)
+    if args.output == "text":
+        sys.stdout.write(as_text(template, STARTUP_TAINT))
+    elif args.output == "json":
+        sys.stdout.write(json.dumps(as_document(template), indent=2, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(dump_yaml(as_document(template)))
+    return EXIT_INVALID if template.conflicts else 0
+
+
 def crd_yaml() -> str:
     return CRD_HEADER + dump_yaml(custom_resource_definition())
 
@@ -410,7 +429,37 @@ def build_parser() -> argparse.ArgumentParser:
     admission.set_defaults(func=cmd_admit)
 
     _crd_command(commands.add_parser("crd", help="print the WindowsRuntimeProfile CRD"))
+    _node_template_command(commands)
     return parser
+
+
+def _node_template_command(commands: Any) -> None:
+    template = commands.add_parser(
+        "node-template",
+        help="the labels a node group's template must advertise to scale from zero",
+        description="For a node group of one Windows build, print which profiles' classes "
+        "its nodes can run, the labels its node template must advertise so "
+        "cluster-autoscaler or Karpenter scales it up from zero for a pending pod of a "
+        "gated class (each with who sets it on a real node), those labels as AWS Auto "
+        "Scaling group tags, Azure VM scale set tags and the Cluster API annotation, and "
+        "what a pod does on a new node before its agent has proven the handler. Exit 1 "
+        "when two of the classes want different values of one label (they need separate "
+        "node groups).",
+    )
+    template.add_argument(
+        "--profiles", action="append", required=True, metavar="PATH",
+        help="profile files or folders (repeatable)",
+    )  # fmt: skip
+    template.add_argument(
+        "--host-build", required=True, metavar="10.0.N",
+        help="the group's Windows build (10.0.<build> or a release name, e.g. ltsc2022)",
+    )  # fmt: skip
+    template.add_argument(
+        "--hyperv", action="store_true",
+        help="the group's nodes have Hyper-V (needed for HyperV profiles)",
+    )  # fmt: skip
+    template.add_argument("-o", "--output", choices=("text", "yaml", "json"), default="text")
+    template.set_defaults(func=cmd_node_template)
 
 
 def _crd_command(crd: argparse.ArgumentParser) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 import tomli_w
 
 from wcow_agent.attempt import Timeouts
-from wcow_agent.cluster import NodeObject, PlanObject, RolloutObject
+from wcow_agent.cluster import ClusterError, NodeObject, PlanObject, RolloutObject
 from wcow_agent.cycle import NodeAgent
 from wcow_agent.host.computecore import (
     COMPUTECORE_SIGNATURES,
@@ -645,7 +645,9 @@ class FakeCluster:
                 "node.kubernetes.io/windows-build": "10.0.20348",
             },
             "annotations": {},
+            "taints": [],
         }
+        self.taint_patches: list[list[dict[str, Any]]] = []
         self.plan = PlanObject(exists=False)
         self.plan_reads: list[str] = []
         self.patches: list[tuple[str, dict[str, str | None], dict[str, str | None]]] = []
@@ -707,8 +709,21 @@ class FakeCluster:
     def get_node(self, name: str) -> NodeObject:
         assert name == self.node_name, f"the agent read another Node: {name}"
         return NodeObject(
-            name, self.node["uid"], dict(self.node["labels"]), dict(self.node["annotations"])
+            name,
+            self.node["uid"],
+            dict(self.node["labels"]),
+            dict(self.node["annotations"]),
+            tuple(dict(t) for t in self.node["taints"]),
         )
+
+    def replace_taints(
+        self, name: str, current: Sequence[Mapping[str, Any]], taints: Sequence[Mapping[str, Any]]
+    ) -> None:
+        assert name == self.node_name, f"the agent changed another Node's taints: {name}"
+        if [dict(t) for t in current] != self.node["taints"]:  # the JSON patch's test op
+            raise ClusterError("the test operation failed: the taints changed", 422)
+        self.node["taints"] = [dict(t) for t in taints]
+        self.taint_patches.append(self.node["taints"])
 
     def patch_node(
         self,

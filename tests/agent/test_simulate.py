@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,22 @@ class MemoryClient:
     def get_node(self, name: str) -> NodeObject:
         with self.store.lock:
             node = self.store.nodes[name]
-            return NodeObject(name, "uid", dict(node["labels"]), dict(node["annotations"]))
+            return NodeObject(
+                name,
+                "uid",
+                dict(node["labels"]),
+                dict(node["annotations"]),
+                tuple(dict(t) for t in node.get("taints", [])),
+            )
+
+    def replace_taints(
+        self, name: str, current: Sequence[Mapping[str, Any]], taints: Sequence[Mapping[str, Any]]
+    ) -> None:
+        with self.store.lock:
+            node = self.store.nodes[name]
+            if [dict(t) for t in current] != node.get("taints", []):
+                raise ClusterError("the test operation failed: the taints changed", 422)
+            node["taints"] = [dict(t) for t in taints]
 
     def patch_node(
         self, name: str, labels: Mapping[str, str | None], annotations: Mapping[str, str | None]

@@ -18,6 +18,7 @@ from tests.controller.fake_api import FakeApi, RelistingCache
 from tests.delivery.helpers import find, render
 from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_contract.errors import parse_profile
+from wcow_contract.labels import STARTUP_TAINT
 from wcow_contract.plan import PLAN_CONFIGMAP, build_plan
 from wcow_contract.rollout import RESUME_ANNOTATION, ROLLOUT_CONFIGMAP
 from wcow_contract.v1alpha1 import GROUP, PLURAL, VERSION
@@ -196,6 +197,58 @@ def test_agent_may_change_nothing_else(edit: dict[str, Any]) -> None:
     allowed, messages = admit(NODE, changed(**edit))
     assert not allowed
     assert messages
+
+
+STARTUP = {"key": STARTUP_TAINT, "value": "pending", "effect": "NoSchedule"}
+OS_TAINT = {"key": "os", "value": "windows", "effect": "NoSchedule"}
+NEW_NODE = changed(spec__taints=[OS_TAINT, STARTUP])
+
+
+def test_agent_may_remove_its_startup_taint_from_its_own_node() -> None:
+    assert admit(NEW_NODE, changed(NEW_NODE, spec__taints=[OS_TAINT])) == (True, [])
+    only = changed(NEW_NODE, spec__taints=[STARTUP])
+    assert admit(only, changed(only, spec__taints=None)) == (True, []), "the last taint"
+    allowed, messages = admit(NEW_NODE, changed(NEW_NODE, spec__taints=[OS_TAINT]), node="win-2")
+    assert not allowed
+    assert "only its own Node" in messages[0]
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"spec__taints": [STARTUP]},  # removes another taint
+        {"spec__taints": [OS_TAINT, STARTUP, {"key": "x", "effect": "NoSchedule"}]},  # adds
+        {"spec__taints": [OS_TAINT], "spec__unschedulable": True},  # and cordons
+        {"spec__taints": [OS_TAINT], "spec__podCIDR": "10.0.0.0/8"},  # and re-addresses
+        {"spec__taints": [OS_TAINT], "spec__providerID": "aws:///i-1"},
+        {"spec__taints": [OS_TAINT, {**STARTUP, "effect": "NoExecute"}]},  # changes its effect
+    ],
+    ids=["other-taint", "adds-a-taint", "cordons", "pod-cidr", "provider-id", "re-effects"],
+)
+def test_removing_the_startup_taint_is_the_only_spec_change_allowed(edit: dict[str, Any]) -> None:
+    allowed, messages = admit(NEW_NODE, changed(NEW_NODE, **edit))
+    assert not allowed
+    assert "remove its startup taint" in messages[-1]
+
+
+def test_without_a_startup_taint_configured_no_taint_may_go() -> None:
+    policy = copy.deepcopy(_policy())
+    for variable in policy["spec"]["variables"]:
+        if variable["name"] == "startupTaint":
+            variable["expression"] = "''"
+    user = {"username": AGENT_USER, "extra": {NODE_NAME_KEY: ["win-1"]}}
+    new = changed(NEW_NODE, spec__taints=[OS_TAINT])
+    allowed, _ = evaluate_policy(policy, {"operation": "UPDATE", "userInfo": user}, new, NEW_NODE)
+    assert not allowed
+
+
+def test_the_chart_passes_the_agent_the_taint_the_policy_allows() -> None:
+    daemonset = find(render(), "DaemonSet", f"{RELEASE}-agent")
+    pod = daemonset["spec"]["template"]["spec"]
+    assert f"--startup-taint={STARTUP_TAINT}" in pod["containers"][0]["args"]
+    assert {"key": STARTUP_TAINT, "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
 
 
 def test_others_are_not_restricted() -> None:

@@ -38,8 +38,11 @@ from tests.e2e.operator_harness import (
     running_operator,
     wait_for,
 )
+from wcow_agent.cluster import ClusterError
+from wcow_agent.k8s import KubernetesCluster
 from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_contract.errors import parse_profile
+from wcow_contract.labels import STARTUP_TAINT
 from wcow_contract.plan import PLAN_CONFIGMAP
 from wcow_contract.rollout import ROLLOUT_CONFIGMAP
 from wcow_contract.v1alpha1 import READY_LABEL_PREFIX
@@ -526,13 +529,60 @@ def test_policy_holds_the_agent_to_its_own_node_and_keys(
     refused(
         "cordoning its own Node",
         lambda: agent.patch_node(own, {"spec": {"unschedulable": True}}),
-        "not its spec",
+        "the rest of its spec",
         undo=lambda: admin.patch_node(own, {"spec": {"unschedulable": None}}),
         timeout=30,
     )
     # Still allowed: its own keys on its own Node.
     agent.patch_node(own, _label(ready, "ready"))
     agent.patch_node(own, _label(ready, None))
+
+
+def _set_taints(taints: list[dict[str, str]]) -> list[dict[str, Any]]:
+    return [{"op": "replace", "path": "/spec/taints", "value": taints}]
+
+
+def test_the_agent_removes_its_startup_taint_and_no_other(
+    install: Install, nodes: tuple[str, str]
+) -> None:
+    """The agent's own call (``KubernetesCluster.replace_taints``, a JSON patch with a test)
+    under its identity: the startup taint goes from its own Node; another taint, or the
+    startup taint of another Node, stays."""
+    own, other = nodes
+    admin = client.CoreV1Api(install.admin)
+    startup = {"key": STARTUP_TAINT, "value": "pending", "effect": "NoSchedule"}
+    pool = {"key": "example.com/pool", "value": "win", "effect": "NoSchedule"}
+    for name in (own, other):
+        admin.patch_node(name, {"spec": {"taints": [pool, startup]}})
+    agent = KubernetesCluster(client.CoreV1Api(impersonating(install.agent_user, node=own)))
+    node = agent.get_node(own)
+    assert [t["key"] for t in node.taints] == [pool["key"], STARTUP_TAINT]
+    agent.replace_taints(own, node.taints, [pool])
+    spec = admin.read_node(own).spec
+    assert [t.key for t in (spec.taints if spec else None) or []] == [pool["key"]]
+    with pytest.raises(ClusterError) as stale:  # the taints changed since it read them
+        agent.replace_taints(own, node.taints, [pool])
+    assert stale.value.status == 422
+    if install.policy:
+        theirs = agent.get_node(other).taints  # reading another Node is allowed
+        refused(
+            "removing another taint of its own Node",
+            lambda: agent.core.patch_node(
+                own, [{"op": "replace", "path": "/spec/taints", "value": []}]
+            ),
+            "remove its startup taint",
+            undo=lambda: admin.patch_node(own, {"spec": {"taints": [pool]}}),
+            timeout=30,
+        )
+        refused(
+            "removing the startup taint of another Node",
+            lambda: agent.core.patch_node(
+                other, [{"op": "replace", "path": "/spec/taints", "value": [pool]}]
+            ),
+            "only its own Node",
+            undo=lambda: admin.patch_node(other, {"spec": {"taints": list(theirs)}}),
+            timeout=30,
+        )
 
 
 def test_pod_bound_tokens_carry_the_node_the_policy_checks(

@@ -34,7 +34,7 @@ from tests.fleet.harness import (
     running_operator,
     whole_loop,
 )
-from wcow_contract.labels import READY_VALUE, ready_label
+from wcow_contract.labels import READY_VALUE, STARTUP_TAINT, ready_label
 
 pytestmark = pytest.mark.e2e
 
@@ -72,9 +72,17 @@ def test_a_node_pool_whose_pause_image_is_of_another_build(
         running_operator(
             kubeconfig, ns, tmp_path / "operator.log", "--max-unavailable", "100%"
         ) as operator,
-        running_fleet(kubeconfig, tmp_path / "a", ns, f"{prefix}a", 1) as pool22,
         running_fleet(
-            kubeconfig, tmp_path / "b", ns, f"{prefix}b", 2, pause_build="10.0.17763"
+            kubeconfig, tmp_path / "a", ns, f"{prefix}a", 1, startup_taint=STARTUP_TAINT
+        ) as pool22,
+        running_fleet(
+            kubeconfig,
+            tmp_path / "b",
+            ns,
+            f"{prefix}b",
+            2,
+            pause_build="10.0.17763",
+            startup_taint=STARTUP_TAINT,
         ) as pool19,
         profiles_cleaned_up(kube, [hv22, hv19]),
     ):
@@ -111,6 +119,13 @@ def test_a_node_pool_whose_pause_image_is_of_another_build(
             assert handler_states(view, name)[hv19] == ("Failed", "GuestBuildUnsupported")
             assert view.labels(name).get(f"{label}20348") == "true"
             assert view.labels(name)[ready_label(hv22)] == READY_VALUE
+        # Registered with the startup taint, as a node pool would be: each agent removed it
+        # once every handler had a verdict (Ready here, Failed on the other pool), and only it.
+        for name in [*pool22.nodes, *pool19.nodes]:
+            taints = [t["key"] for t in view.node(name)["spec"].get("taints") or []]
+            # (the node lifecycle controller adds not-ready ones: no kubelet runs here)
+            assert STARTUP_TAINT not in taints, (name, taints)
+            assert "runtime.wcow.dev/simulated" in taints, (name, taints)
 
 
 def test_simulate_command_registers_nodes_and_deletes_them_on_sigterm(

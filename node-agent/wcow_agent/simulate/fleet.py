@@ -94,6 +94,9 @@ class FleetOptions:
     retry_seconds: float = 10.0
     drift_check_seconds: float = 30.0
     restart_timeout: float = 60.0
+    startup_taint: str | None = None
+    """Register the Nodes with this NoSchedule taint, as a node pool would; each agent
+    removes it from its Node (``wcow_agent.startup``)."""
 
     def names(self) -> list[str]:
         width = len(str(self.nodes))
@@ -151,6 +154,7 @@ class SimulatedAgent:
             resync_seconds=self.options.resync_seconds,
             drift_check_seconds=self.options.drift_check_seconds,
             retry_seconds=self.options.retry_seconds,
+            startup_taint=self.options.startup_taint,
         )
         return AgentLoop(
             agent, self.cluster, run, metrics=Metrics(), health=StepHealth(), stop=self._stop
@@ -193,6 +197,10 @@ class Fleet:
         self._clusters: list[FleetCluster] = []
         self._admin: FleetCluster | None = None
 
+    def _startup_taints(self) -> list[dict[str, str]]:
+        key = self.options.startup_taint
+        return [{"key": key, "value": "pending", "effect": "NoSchedule"}] if key else []
+
     def start(self) -> None:
         """Register the Nodes, then start an agent per node (each with its own client)."""
         admin = self._admin = self.cluster_factory()
@@ -202,7 +210,7 @@ class Fleet:
                 name,
                 node_labels(name, settings.build),
                 {SIMULATED_ANNOTATION: "wcow-agent simulate"},
-                [dict(SIMULATED_TAINT)],
+                [dict(SIMULATED_TAINT), *self._startup_taints()],
             ):
                 self.created.append(name)
             self.nodes[name] = SimulatedNode(
@@ -283,6 +291,13 @@ def add_parser(commands: Any) -> None:
     simulate.add_argument("--resync-seconds", type=float, default=300.0)
     simulate.add_argument("--retry-seconds", type=float, default=10.0)
     simulate.add_argument("--journal", default=None, help="append host steps as JSON lines here")
+    simulate.add_argument(
+        "--startup-taint",
+        default=None,
+        metavar="KEY",
+        help="register the Nodes with the NoSchedule taint KEY=pending, which each agent "
+        "removes once every handler has a verdict (as wcow-agent run --startup-taint)",
+    )
     simulate.add_argument("--log-level", default="INFO")
     simulate.set_defaults(func=cmd_simulate)
 
@@ -343,6 +358,7 @@ def fleet_options(args: argparse.Namespace) -> FleetOptions:
         faults=[parse_fault(text) for text in args.fault],
         resync_seconds=args.resync_seconds,
         retry_seconds=args.retry_seconds,
+        startup_taint=args.startup_taint or None,
     )
 
 
