@@ -19,8 +19,10 @@ wcow-operator.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -69,6 +71,19 @@ def specs(prefix: str, count: int) -> list[dict[str, object]]:
     return bodies
 
 
+def writes_by_kind(port: int) -> dict[str, float]:
+    """wcow_api_writes_total by "verb resource", from the operator's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("wcow_api_writes_total{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+            key = f"{labels.get('verb', '?')} {labels.get('resource', '?')}"
+            found[key] = found.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return dict(sorted(found.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profiles", type=int, default=500)
@@ -112,6 +127,7 @@ def run(args: argparse.Namespace, kubeconfig: Path) -> None:
             passes = metric(operator["metrics"], "wcow_reconcile_duration_seconds_count")
             pass_seconds = metric(operator["metrics"], "wcow_reconcile_duration_seconds_sum")
             writes = metric(operator["metrics"], "wcow_api_writes_total")
+            breakdown = writes_by_kind(operator["metrics"])
 
             floor_start = time.perf_counter()
             for body in bodies:
@@ -161,6 +177,9 @@ def run(args: argparse.Namespace, kubeconfig: Path) -> None:
     )
     print(f"passes until converged:         {passes:8.0f}   ({pass_seconds:.2f} s in passes)")
     print(f"API writes until converged:     {writes:8.0f}")
+    print(f"API writes per profile:         {writes / args.profiles:8.2f}")
+    for kind, count in breakdown.items():
+        print(f"  {kind + ':':<29}{count:8.0f}")
     print(f"API writes in {args.quiet_seconds:.0f} s quiet:      {quiet_writes:8.0f}   target 0")
     print(f"operator peak RSS:              {rss:8.1f} MiB target < 150")
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from tests.conftest import profile_document
 from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
-from wcow_operator.reconcile.model import FINALIZER, Observed, ObservedNode, ObservedProfile
+from wcow_operator.reconcile.model import Observed, ObservedNode, ObservedProfile
 
 NAMESPACE = "wcow-system"
 
@@ -29,7 +29,7 @@ def profile_body(
         uid=uid or f"uid-{name}",
         generation=generation,
         resourceVersion="1",
-        finalizers=[FINALIZER] if finalizers is None else finalizers,
+        finalizers=[] if finalizers is None else finalizers,
     )
     if deleting:
         body["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"

@@ -69,7 +69,7 @@ def test_create_converges_and_then_stays_quiet(api: FakeApi, controller: Control
     plan = api.plan()
     assert plan is not None
     assert set(plan["handlers"]) == {"hv", "proc"}
-    assert FINALIZER in api.profiles["hv"]["metadata"]["finalizers"]
+    assert FINALIZER not in (api.profiles["hv"]["metadata"].get("finalizers") or [])
     assert condition(api, "hv", "Valid")["status"] == "True"
     assert api.profiles["hv"]["status"]["runtimeClassName"] == "hv"
 
@@ -175,12 +175,36 @@ def test_foreign_runtime_class_is_never_taken_over(api: FakeApi, controller: Con
     assert "RuntimeClassConflict" in reasons(api)
 
 
-def test_delete_with_finalizer_cleans_plan_and_runtime_class(
+def test_a_deleted_profile_goes_at_once_and_leaves_the_plan(
     api: FakeApi, controller: Controller
 ) -> None:
+    """No finalizer holds it: the next pass writes the plan without its entry. Its
+    RuntimeClass is the garbage collector's, by its controller reference (this fake has no
+    collector; the e2e tests see it go on a real control plane)."""
     api.apply_profile(profile_document("hv"))
     api.apply_profile(profile_document("keep"))
     settle(controller)
+    api.delete_profile("hv")
+    assert "hv" not in api.profiles
+    settle(controller)
+    assert set(api.plan()["handlers"]) == {"keep"}  # type: ignore[index]
+    assert "delete_runtime_class" not in api.calls
+
+
+def with_legacy_finalizer(name: str) -> dict[str, Any]:
+    """A profile as earlier versions left it: carrying the operator's finalizer."""
+    document = profile_document(name)
+    document["metadata"]["finalizers"] = [FINALIZER]
+    return document
+
+
+def test_a_profile_with_the_earlier_finalizer_is_let_go_after_the_plan(
+    api: FakeApi, controller: Controller
+) -> None:
+    api.apply_profile(with_legacy_finalizer("hv"))
+    api.apply_profile(profile_document("keep"))
+    settle(controller)
+    assert api.profiles["hv"]["metadata"]["finalizers"] == [FINALIZER], "not touched while live"
     api.delete_profile("hv")
     assert "hv" in api.profiles  # held by the finalizer
     settle(controller)
@@ -192,7 +216,7 @@ def test_delete_with_finalizer_cleans_plan_and_runtime_class(
 def test_plan_write_failure_blocks_finalizer_and_warns(
     api: FakeApi, controller: Controller
 ) -> None:
-    api.apply_profile(profile_document("hv"))
+    api.apply_profile(with_legacy_finalizer("hv"))
     settle(controller)
     api.delete_profile("hv")
     api.fail("replace_config_map", 500, times=2)
@@ -325,7 +349,6 @@ def test_a_runtime_class_the_server_refuses_is_reported_not_claimed(
     assert ready["reason"] == "RuntimeClassWriteFailed"
     assert "create_runtime_class failed" in ready["message"]
     assert condition(api, "hv", "Ready")["reason"] == "RuntimeClassWriteFailed"
-    assert "RuntimeClassCreated" not in reasons(api)  # no event for a write that failed
     assert "runtimeClassName" not in api.profiles["hv"]["status"]
 
     api.calls.clear()
@@ -334,8 +357,24 @@ def test_a_runtime_class_the_server_refuses_is_reported_not_claimed(
     assert all(e["involvedObject"]["name"] == "hv" for e in api.events)
 
 
+def test_an_event_is_posted_only_for_a_write_that_succeeded(
+    api: FakeApi, controller: Controller
+) -> None:
+    api.apply_profile(profile_document("hv"))
+    settle(controller)
+    api.apply_profile(profile_document("hv", overhead={"podFixed": {"memory": "600Mi"}}))
+    api.fail("replace_runtime_class", 500, times=1)
+    controller.run_pass()
+    written = {"RuntimeClassUpdated", "RuntimeClassRestored"}
+    assert not written & set(reasons(api))
+    settle(controller)
+    assert written & set(reasons(api))
+
+
 def test_events_about_profiles_are_posted_in_default(api: FakeApi, controller: Controller) -> None:
     api.apply_profile(profile_document("hv"))
+    settle(controller)
+    api.apply_profile(profile_document("hv", overhead={"podFixed": {"memory": "600Mi"}}))
     settle(controller)
     assert api.events
     assert {e["metadata"]["namespace"] for e in api.events} == {"default"}

@@ -35,9 +35,7 @@ def apply(state: Observed, outcome: Outcome) -> Observed:
     rollout = state.rollout_config_map
     for write in outcome.writes:
         body = profiles.get(write.target)
-        if write.kind == "add-finalizer" and body is not None:
-            body["metadata"]["finalizers"] = [*body["metadata"]["finalizers"], FINALIZER]
-        elif write.kind in (
+        if write.kind in (
             "create-runtime-class",
             "replace-runtime-class",
             "recreate-runtime-class",
@@ -84,19 +82,18 @@ def condition(outcome: Outcome, profile: str, type_: str) -> dict[str, Any]:
     return next(c for c in outcome.statuses[profile]["conditions"] if c["type"] == type_)
 
 
-def test_new_profile_gets_finalizer_runtime_class_plan_and_status() -> None:
+def test_new_profile_gets_runtime_class_plan_and_status_and_no_finalizer() -> None:
     outcome = run(observed(profile_body("hv", finalizers=[])))
     assert kinds(outcome) == [
-        ("add-finalizer", "hv"),
         ("create-runtime-class", "hv"),
         ("write-plan", "wcow-runtime-plan"),
         ("write-rollout", "wcow-runtime-rollout"),
         ("patch-status", "hv"),
     ]
-    rc = outcome.writes[1].body
+    rc = outcome.writes[0].body
     assert rc["handler"] == "hv"
     assert rc["metadata"]["ownerReferences"][0]["uid"] == "uid-hv"
-    plan_cm = outcome.writes[2].body
+    plan_cm = outcome.writes[1].body
     assert plan_cm["metadata"]["namespace"] == NAMESPACE
     assert "hv" in outcome.plan["handlers"]
     status = outcome.statuses["hv"]
@@ -107,7 +104,7 @@ def test_new_profile_gets_finalizer_runtime_class_plan_and_status() -> None:
     assert condition(outcome, "hv", "RuntimeClassReady")["status"] == "True"
     assert condition(outcome, "hv", "NodesReady")["reason"] == "NoEligibleNodes"
     assert condition(outcome, "hv", "Ready")["status"] == "False"
-    assert [e.reason for e in outcome.events] == ["RuntimeClassCreated"]
+    assert outcome.events == []  # the status says RuntimeClassReady; no event per profile
 
 
 def test_steady_state_makes_no_writes_and_no_events() -> None:
@@ -348,9 +345,28 @@ def test_two_profiles_claiming_one_handler_both_stay_out_of_the_plan() -> None:
     assert ("create-runtime-class", "b") not in kinds(outcome)
 
 
-def test_delete_writes_the_plan_then_deletes_runtime_class_and_finalizer() -> None:
+def test_a_deleted_profile_leaves_the_plan_and_its_runtime_class_to_the_collector() -> None:
     state, _ = converge(observed(profile_body("hv"), profile_body("keep")))
-    gone = profile_body("hv", deleting=True, status=state.profiles[0].status)
+    outcome = run(
+        observed(
+            state.profiles[1].body,
+            runtime_classes=list(state.runtime_classes.values()),
+            plan_config_map=state.plan_config_map,
+            rollout_config_map=state.rollout_config_map,
+        )
+    )
+    assert kinds(outcome) == [
+        ("write-plan", "wcow-runtime-plan"),
+        ("write-rollout", "wcow-runtime-rollout"),
+    ]
+    assert set(outcome.plan["handlers"]) == {"keep"}
+
+
+def test_the_earlier_finalizer_goes_after_the_plan_and_the_runtime_class() -> None:
+    state, _ = converge(observed(profile_body("hv"), profile_body("keep")))
+    gone = profile_body(
+        "hv", deleting=True, finalizers=[FINALIZER], status=state.profiles[0].status
+    )
     outcome = run(
         observed(
             gone,
@@ -518,7 +534,9 @@ def test_orphaned_runtime_class_survives_profile_deletion() -> None:
     state, _ = converge(observed(profile_body("hv")))
     orphan = dict(state.runtime_classes["hv"])
     orphan["metadata"] = {k: v for k, v in orphan["metadata"].items() if k != "ownerReferences"}
-    gone = profile_body("hv", deleting=True, status=state.profiles[0].status)
+    gone = profile_body(
+        "hv", deleting=True, finalizers=[FINALIZER], status=state.profiles[0].status
+    )
     outcome = run(
         observed(
             gone,

@@ -980,27 +980,35 @@ def _finalizers(profile: dict[str, Any]) -> list[str]:
     return list(profile["metadata"].get("finalizers") or [])
 
 
-def test_the_operator_may_add_and_remove_its_finalizer() -> None:
+def test_the_operator_may_remove_the_earlier_finalizer_and_adds_none() -> None:
     """What the real controller sends (a merge patch of metadata.finalizers) when a profile
-    appears and when it is deleted passes, and keeps the other finalizer."""
+    left with the finalizer of earlier versions is deleted passes, and keeps the other
+    finalizer; a live profile gets no finalizer, and a stolen token cannot add one (it
+    would hold profiles from deletion)."""
     api = _RecordingApi()
-    api.apply_profile(_stored_profile())
+    legacy = _stored_profile()
+    legacy["metadata"]["finalizers"] = [FOREIGN_FINALIZER, FINALIZER]
+    api.apply_profile(legacy)
     controller = Controller(
         api, RelistingCache(api, NAMESPACE), ReconcileSettings(namespace=NAMESPACE), Metrics()
     )
     controller.run_pass()
+    assert api.profile_updates == [], "nothing added to a live profile"
     api.delete_profile("hv")
     controller.run_pass()
     assert [(_finalizers(old), _finalizers(new)) for old, new in api.profile_updates] == [
-        ([FOREIGN_FINALIZER], [FOREIGN_FINALIZER, FINALIZER]),
         ([FOREIGN_FINALIZER, FINALIZER], [FOREIGN_FINALIZER]),
     ]
     for old, new in api.profile_updates:
         assert profile_guard(new, old) == (True, [])
+    added = _edited(metadata__finalizers=[FOREIGN_FINALIZER, FINALIZER])
+    allowed, messages = profile_guard(added, _stored_profile())
+    assert not allowed
+    assert messages[0].endswith("not change its finalizers (it adds none)")
 
 
 def test_what_the_server_sets_is_not_compared() -> None:
-    old = _stored_profile()
+    old = _with_ours(_stored_profile())  # a profile left with the earlier finalizer
     new = copy.deepcopy(old)
     new["metadata"]["finalizers"] = [FINALIZER, FOREIGN_FINALIZER]  # at the front, too
     new["metadata"]["managedFields"].append(
@@ -1027,7 +1035,7 @@ PROFILE_ATTACKS: dict[str, tuple[dict[str, Any], str]] = {
     "largest-vm": (_edited(spec__vm={"maxProcessorCount": 240, "maxMemoryMB": 1048576}), "spec"),
     "spec-with-the-finalizer": (
         _with_ours(_edited(spec__handler="runhcs-wcow-hypervisor")),
-        "spec",
+        "spec, finalizers (it adds none)",
     ),
     "rollout-all-at-once": (_edited(spec__rollout={"maxUnavailable": "100%"}), "spec"),
     "resume-a-halted-rollout": (
@@ -1052,7 +1060,10 @@ PROFILE_ATTACKS: dict[str, tuple[dict[str, Any], str]] = {
         _edited(metadata__finalizers=[FOREIGN_FINALIZER, "example.com/never"]),
         "other finalizers",
     ),
-    "drop-someone-elses-finalizer": (_edited(metadata__finalizers=[FINALIZER]), "other finalizers"),
+    "drop-someone-elses-finalizer": (
+        _edited(metadata__finalizers=[FINALIZER]),
+        "other finalizers, finalizers (it adds none)",
+    ),
 }
 
 
@@ -1061,7 +1072,7 @@ def test_a_stolen_operator_token_cannot_rewrite_profiles(new: dict[str, Any], wh
     allowed, messages = profile_guard(new, _stored_profile())
     assert not allowed
     assert messages == [
-        f"the wcow operator may only add or remove its finalizer {FINALIZER} on a "
+        f"the wcow operator may only remove its finalizer {FINALIZER} from a "
         f"WindowsRuntimeProfile, not change its {what}"
     ]
 

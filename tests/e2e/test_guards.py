@@ -335,7 +335,7 @@ def _gone(read: Callable[[], Any]) -> bool:
 # ---- profiles: the operator patches them only for its finalizer ----
 
 FOREIGN_FINALIZER = "example.com/hold"
-PROFILE_GUARD = "the wcow operator may only add or remove its finalizer"
+PROFILE_GUARD = "the wcow operator may only remove its finalizer"
 
 
 def test_a_stolen_operator_token_changes_only_its_finalizer_on_profiles(
@@ -365,7 +365,7 @@ def test_a_stolen_operator_token_changes_only_its_finalizer_on_profiles(
         refused(
             "rolling a change out to every node at once",
             patch({"spec": {"rollout": {"maxUnavailable": "100%"}}}),
-            f"{PROFILE_GUARD} {FINALIZER} on a WindowsRuntimeProfile, not change its spec",
+            f"{PROFILE_GUARD} {FINALIZER} from a WindowsRuntimeProfile, not change its spec",
             timeout=POLICY_DELAY,
         )
         refused(
@@ -398,15 +398,27 @@ def test_a_stolen_operator_token_changes_only_its_finalizer_on_profiles(
             "not change its other finalizers",
         )
 
-        # As the controller sends it (controller.py "add-finalizer", "remove-finalizer").
+        refused(
+            "adding its finalizer (this version adds none: it would hold the profile)",
+            patch({"metadata": {"finalizers": [FOREIGN_FINALIZER, FINALIZER]}}),
+            "not change its finalizers (it adds none)",
+        )
+        # As the controller sends it (controller.py "remove-finalizer") to a profile left
+        # with the finalizer of earlier versions.
+        admin.patch_cluster_custom_object(
+            GROUP,
+            VERSION,
+            PLURAL,
+            name,
+            {"metadata": {"finalizers": [FOREIGN_FINALIZER, FINALIZER]}},
+        )
         own = KubernetesApi(operator)
-        for finalizers in ([FOREIGN_FINALIZER, FINALIZER], [FOREIGN_FINALIZER]):
-            current = admin.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
-            version = current["metadata"]["resourceVersion"]
-            patched = own.patch_profile(
-                name, {"metadata": {"finalizers": finalizers, "resourceVersion": version}}
-            )
-            assert patched["metadata"]["finalizers"] == finalizers
+        current = admin.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        version = current["metadata"]["resourceVersion"]
+        patched = own.patch_profile(
+            name, {"metadata": {"finalizers": [FOREIGN_FINALIZER], "resourceVersion": version}}
+        )
+        assert patched["metadata"]["finalizers"] == [FOREIGN_FINALIZER]
         # The status subresource is not guarded, and keeps nothing but the status.
         forged = {"spec": {"isolation": "Process"}, "metadata": {"labels": {"team": "x"}}}
         own.patch_profile_status(name, {"status": {"observedGeneration": 1}, **forged})

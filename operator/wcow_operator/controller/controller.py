@@ -163,10 +163,8 @@ class Controller:
         metadata = observed.get("metadata", {})
         ns = self.settings.namespace
         match write.kind:
-            case "add-finalizer" | "remove-finalizer":
+            case "remove-finalizer":
                 finalizers = [f for f in metadata.get("finalizers") or [] if f != FINALIZER]
-                if write.kind == "add-finalizer":
-                    finalizers.append(FINALIZER)
                 # resourceVersion makes the patch conditional: others' finalizers are kept.
                 patched = self.api.patch_profile(
                     write.target,

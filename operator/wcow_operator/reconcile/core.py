@@ -221,17 +221,10 @@ def _runtime_class_writes(
     assert state.model is not None
     desired = render_runtime_class(state.model)
     if observed_rc is None:
+        # No event: the status says RuntimeClassReady (one write per profile fewer when
+        # hundreds arrive at once); events are for changes and warnings.
         state.runtime_class = ("True", "RuntimeClassApplied", "")
         state.owns_runtime_class = True
-        events.append(
-            _event(
-                profile,
-                "Normal",
-                "RuntimeClassCreated",
-                f"created RuntimeClass {profile.name} (handler {desired['handler']})",
-                after=("create-runtime-class", profile.name),
-            )
-        )
         return [Write("create-runtime-class", profile.name, desired)]
     if not owned_by(observed_rc, profile):
         state.runtime_class = (
@@ -552,8 +545,6 @@ def _live_writes(
     writes: list[Write] = []
     for state in live:
         profile = state.observed
-        if FINALIZER not in profile.finalizers:
-            writes.append(Write("add-finalizer", profile.name, observed=profile.body))
         observed_rc = observed.runtime_classes.get(profile.name)
         ours = observed_rc is not None and owned_by(observed_rc, profile)
         if state.claimed_handler in conflicts:
@@ -673,7 +664,11 @@ def _rollout_status(
 
 
 def _deletion_writes(observed: Observed) -> list[Write]:
-    """Deleting profiles: their RuntimeClass and finalizer go once the plan is written."""
+    """A deleted profile is not held by a finalizer: the plan is recomputed from the
+    profiles that exist, and its RuntimeClass carries a controller reference, so the garbage
+    collector deletes it (not when deleted with ``--cascade=orphan``). A profile that still
+    carries the finalizer of earlier versions (``FINALIZER``) is let go once the plan
+    without its entry is written, its RuntimeClass deleted first, as those versions did."""
     writes: list[Write] = []
     for profile in observed.profiles:
         if not profile.deleting or FINALIZER not in profile.finalizers:

@@ -81,7 +81,6 @@ class Observed:
 
 WriteKind = Literal[
     "write-rollout",
-    "add-finalizer",
     "create-runtime-class",
     "replace-runtime-class",
     "recreate-runtime-class",
@@ -91,10 +90,9 @@ WriteKind = Literal[
     "patch-status",
 ]
 
-# Writes run phase by phase; a failed plan write stops the phases after it, so a profile's
-# finalizer is never removed while its handler is still in the plan.
+# Writes run phase by phase; a failed plan write stops the phases after it, so the finalizer
+# of earlier versions is never removed while the profile's handler is still in the plan.
 PHASES: tuple[tuple[WriteKind, ...], ...] = (
-    ("add-finalizer",),
     ("create-runtime-class", "replace-runtime-class", "recreate-runtime-class"),
     ("write-plan",),
     ("write-rollout",),  # after the plan it permits, and only if that plan was written
