@@ -17,6 +17,7 @@ waits until every node runs it, then changes its `vm.memoryMB` and prints, one p
                                                shows its canary done)
     rollout complete in status: <seconds>     (until status.rollout says Complete)
     peak nodes applying at once: <count>      (from the journals; must be <= maxUnavailable)
+    first apply started: <seconds>            (the change until the first node's preflight)
     hand-over: median, p90                    (a node's last apply step to the preflight of
                                                the next node let into the slot it freed)
     API requests per node per minute: <rate>  (steady: every request the API server counted
@@ -144,6 +145,7 @@ class Figures:
     peak: int
     rollout: Rollout | None
     gaps: list[float]
+    first: float
 
 
 def measure(
@@ -197,7 +199,8 @@ def measure(
 
         time.sleep(args.settle_seconds)
         requests = quiet(kube, args.quiet_seconds)
-    return Figures(per_node, last, complete, peak, rollout, gaps), requests
+    first = min(w.start for w in windows) - changed
+    return Figures(per_node, last, complete, peak, rollout, gaps, first), requests
 
 
 def parse_max_unavailable_arg(args: argparse.Namespace) -> int:
@@ -234,6 +237,7 @@ def report(
     print(f"every node applied: {last:.1f}")
     print(f"rollout complete in status: {figures.complete:.1f}")
     print(f"peak nodes applying at once: {figures.peak}")
+    print(f"first apply started: {figures.first:.2f} s after the change")
     if figures.gaps:
         gaps = sorted(figures.gaps)
         print(

@@ -503,3 +503,36 @@ def test_the_runner_hands_over_before_the_debounced_pass(
         runner.trigger()
         thread.join(timeout=5)
     assert not thread.is_alive()
+
+
+def test_hand_overs_are_spaced_so_nodes_finishing_together_share_one_write(
+    api: FakeApi, controller: Controller
+) -> None:
+    """Every rollout write reaches every agent's watch: a second report within
+    ``hand_over_seconds`` of a hand-over waits for it (still before the debounced pass)."""
+    api.nodes = [windows_node(f"n{i}") for i in range(3)]
+    api.apply_profile(profile_document("hv"))
+    settle(controller)
+    plan = (api.plan() or {})["hash"]
+    runner = Runner(controller, resync_seconds=3600, debounce_seconds=3.0, hand_over_seconds=1.0)
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.run, args=(stop,))
+    thread.start()
+    try:
+        assert _wait_for(lambda: runner.last_pass_ok is not None)
+        api.calls.clear()
+        api.nodes[0] = windows_node("n0", plan, "Ready")
+        runner.reported()
+        assert _wait_for(lambda: "n1" in rollout_of(api).permitted, seconds=0.8)
+        api.nodes[1] = windows_node("n1", plan, "Ready")
+        runner.reported()
+        stop.wait(0.4)
+        assert "n2" not in rollout_of(api).permitted  # spaced: not yet
+        assert _wait_for(lambda: "n2" in rollout_of(api).permitted, seconds=1.5)
+        assert api.writes().count("replace_config_map") == 2
+        assert "patch_profile_status" not in api.writes()  # both before the pass
+    finally:
+        stop.set()
+        runner.trigger()
+        thread.join(timeout=5)
+    assert not thread.is_alive()

@@ -304,6 +304,12 @@ def test_bad_change_stops_after_max_unavailable_nodes(
         assert all(e["type"] == "Warning" for e in notes), notes
         settle(2.0)
         assert appliers(fleet.nodes, since) == tried, "the halted rollout went on"
+        # The operator's log says so once, with the reason (not once per pass).
+        log = operator.log.read_text(encoding="utf-8", errors="replace").splitlines()
+        halts = [line for line in log if f"rollout of plan {bad} halted" in line]
+        assert len(halts) == 1, halts
+        assert "NodeFailed" in halts[0], halts[0]
+        assert any(n in halts[0] for n in named), halts[0]
 
 
 def test_fixing_the_spec_resumes_a_halted_rollout(

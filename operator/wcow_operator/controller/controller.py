@@ -41,6 +41,9 @@ from wcow_operator.reconcile.model import (
 
 log = logging.getLogger(__name__)
 EVENT_NAMESPACE = "default"
+# Hand-overs (rollout writes between passes) at most this often: a write reaches every
+# agent's watch, so writing once per finished node would cost N x N events per rollout.
+HAND_OVER_SECONDS = 0.2
 RUNTIME_CLASS_WRITES = ("create-runtime-class", "replace-runtime-class", "recreate-runtime-class")
 # The metric counts every condition a profile carries (the catalogue the docs render).
 CONDITION_TYPES = tuple(kind.type for kind in CONDITIONS)
@@ -356,6 +359,7 @@ class Runner:
         resync_seconds: float,
         debounce_seconds: float = 0.5,
         max_backoff_seconds: float = 60.0,
+        hand_over_seconds: float = HAND_OVER_SECONDS,
     ) -> None:
         self.controller = controller
         self.resync_seconds = resync_seconds
@@ -363,6 +367,8 @@ class Runner:
         self.backoff = Backoff(initial=1.0, maximum=max_backoff_seconds)
         self._dirty = threading.Event()
         self._report = threading.Event()  # a node's report changed: hand over at once
+        self.hand_over_seconds = hand_over_seconds
+        self._handed_over = -hand_over_seconds  # monotonic time of the last hand-over
         self.last_pass_ok: float | None = None
         self.heartbeat = time.monotonic()
 
@@ -376,16 +382,24 @@ class Runner:
         self._dirty.set()
 
     def _debounce(self, stop: threading.Event) -> None:
-        """Wait ``debounce_seconds`` for more changes, handing over slots meanwhile."""
+        """Wait ``debounce_seconds`` for more changes, handing over slots meanwhile: at once,
+        but at most one hand-over per ``hand_over_seconds``, since every rollout write goes
+        to every agent's watch (nodes finishing together are let in by one write)."""
         deadline = time.monotonic() + self.debounce_seconds
         while not stop.is_set():
-            if self._report.is_set():
+            now = time.monotonic()
+            due = self._handed_over + self.hand_over_seconds
+            if self._report.is_set() and now >= due:
                 self._report.clear()
                 self.controller.hand_over()
-            left = deadline - time.monotonic()
-            if left <= 0:
+                self._handed_over = time.monotonic()
+                continue
+            if now >= deadline:
                 return
-            self._report.wait(left)
+            if self._report.is_set():
+                stop.wait(min(deadline, due) - now)
+            else:
+                self._report.wait(deadline - now)
 
     def run(self, stop: threading.Event) -> None:
         # Never plan from a half-filled cache: a profile not listed yet would look deleted.
