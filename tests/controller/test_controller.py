@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -447,14 +448,36 @@ def rollout_of(api: FakeApi) -> Rollout:
     return found
 
 
-def test_a_node_done_hands_its_slot_over_at_once_with_one_write(
-    api: FakeApi, controller: Controller, caplog: pytest.LogCaptureFixture
-) -> None:
+def three_nodes_rolling_out(api: FakeApi, controller: Controller) -> str:
+    """A profile on three Windows nodes, converged: n0 let in (10% of 3: one at a time).
+    Returns the plan's hash."""
     api.nodes = [windows_node(f"n{i}") for i in range(3)]
     api.apply_profile(profile_document("hv"))
     settle(controller)
-    plan = (api.plan() or {})["hash"]
-    assert list(rollout_of(api).permitted) == ["n0"]  # 10% of 3 nodes: one at a time
+    assert list(rollout_of(api).permitted) == ["n0"]
+    return str((api.plan() or {})["hash"])
+
+
+@contextlib.contextmanager
+def running(runner: Runner) -> Iterator[None]:
+    """The runner in its thread, its first pass done; stopped and joined after."""
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.run, args=(stop,))
+    thread.start()
+    try:
+        assert _wait_for(lambda: runner.last_pass_ok is not None)
+        yield
+    finally:
+        stop.set()
+        runner.trigger()
+        thread.join(timeout=5)
+    assert not thread.is_alive()
+
+
+def test_a_node_done_hands_its_slot_over_at_once_with_one_write(
+    api: FakeApi, controller: Controller, caplog: pytest.LogCaptureFixture
+) -> None:
+    plan = three_nodes_rolling_out(api, controller)
     api.nodes[0] = windows_node("n0", plan, "Ready")
     api.calls.clear()
     controller.hand_over()
@@ -480,16 +503,9 @@ def test_a_node_done_hands_its_slot_over_at_once_with_one_write(
 def test_the_runner_hands_over_before_the_debounced_pass(
     api: FakeApi, controller: Controller
 ) -> None:
-    api.nodes = [windows_node(f"n{i}") for i in range(3)]
-    api.apply_profile(profile_document("hv"))
-    settle(controller)
-    plan = (api.plan() or {})["hash"]
+    plan = three_nodes_rolling_out(api, controller)
     runner = Runner(controller, resync_seconds=3600, debounce_seconds=2.0)
-    stop = threading.Event()
-    thread = threading.Thread(target=runner.run, args=(stop,))
-    thread.start()
-    try:
-        assert _wait_for(lambda: runner.last_pass_ok is not None)
+    with running(runner):
         api.calls.clear()
         api.nodes[0] = windows_node("n0", plan, "Ready")
         started = time.monotonic()
@@ -498,11 +514,6 @@ def test_the_runner_hands_over_before_the_debounced_pass(
         assert time.monotonic() - started < 1.5  # not after the 2 s debounce
         assert "patch_profile_status" not in api.writes()  # the pass has not run yet
         assert _wait_for(lambda: "patch_profile_status" in api.writes(), seconds=5)
-    finally:
-        stop.set()
-        runner.trigger()
-        thread.join(timeout=5)
-    assert not thread.is_alive()
 
 
 def test_hand_overs_are_spaced_so_nodes_finishing_together_share_one_write(
@@ -510,29 +521,17 @@ def test_hand_overs_are_spaced_so_nodes_finishing_together_share_one_write(
 ) -> None:
     """Every rollout write reaches every agent's watch: a second report within
     ``hand_over_seconds`` of a hand-over waits for it (still before the debounced pass)."""
-    api.nodes = [windows_node(f"n{i}") for i in range(3)]
-    api.apply_profile(profile_document("hv"))
-    settle(controller)
-    plan = (api.plan() or {})["hash"]
+    plan = three_nodes_rolling_out(api, controller)
     runner = Runner(controller, resync_seconds=3600, debounce_seconds=3.0, hand_over_seconds=1.0)
-    stop = threading.Event()
-    thread = threading.Thread(target=runner.run, args=(stop,))
-    thread.start()
-    try:
-        assert _wait_for(lambda: runner.last_pass_ok is not None)
+    with running(runner):
         api.calls.clear()
         api.nodes[0] = windows_node("n0", plan, "Ready")
         runner.reported()
         assert _wait_for(lambda: "n1" in rollout_of(api).permitted, seconds=0.8)
         api.nodes[1] = windows_node("n1", plan, "Ready")
         runner.reported()
-        stop.wait(0.4)
+        time.sleep(0.4)
         assert "n2" not in rollout_of(api).permitted  # spaced: not yet
         assert _wait_for(lambda: "n2" in rollout_of(api).permitted, seconds=1.5)
         assert api.writes().count("replace_config_map") == 2
         assert "patch_profile_status" not in api.writes()  # both before the pass
-    finally:
-        stop.set()
-        runner.trigger()
-        thread.join(timeout=5)
-    assert not thread.is_alive()
