@@ -113,13 +113,17 @@ class Controller:
         finished frees its slot for the next without waiting for a debounced pass (that pass
         follows and writes the statuses; the rollout it computes is then unchanged). Nothing
         is written when the decision is unchanged, or when the plan it is for is not written
-        yet (the pass writes the plan first)."""
+        yet (the pass writes the plan first). A halt is left to the pass: a node let in again
+        by a resume still shows its old failure until its agent has tried again, which the
+        debounce gives it time to report."""
         try:
             outcome = reconcile(self.observe(), self.settings, self.clock())
         except Exception:  # the pass that follows reports it
             log.debug("rollout hand-over skipped", exc_info=True)
             return
         if any(w.kind == "write-plan" for w in outcome.writes):
+            return
+        if outcome.rollout is not None and outcome.rollout.halted is not None:
             return
         writes = [w for w in outcome.writes if w.kind == "write-rollout"]
         if writes:
