@@ -17,6 +17,9 @@ waits until every node runs it, then changes its `vm.memoryMB` and prints, one p
                                                shows its canary done)
     rollout complete in status: <seconds>     (until status.rollout says Complete)
     peak nodes applying at once: <count>      (from the journals; must be <= maxUnavailable)
+    first apply started: <seconds>            (the change until the first node's preflight)
+    hand-over: median, p90                    (a node's last apply step to the preflight of
+                                               the next node let into the slot it freed)
     API requests per node per minute: <rate>  (steady: every request the API server counted
                                                in --quiet-seconds, apiserver_request_total,
                                                less what the control plane alone made in
@@ -57,6 +60,7 @@ from tests.e2e.operator_harness import (
 )
 from tests.fleet.harness import Operator, View, running_operator
 from tests.fleet.paced import (
+    Window,
     apply_windows,
     new_plan,
     patch_spec,
@@ -80,10 +84,7 @@ def run(args: argparse.Namespace, kubeconfig: Path) -> None:
     kube = client.ApiClient()
     run_id = f"rollout-{uuid.uuid4().hex[:6]}"
     hv = f"{run_id}-hv"
-    limit = parse_max_unavailable(
-        args.max_unavailable if args.max_unavailable.endswith("%") else int(args.max_unavailable),
-        args.nodes,
-    )
+    limit = parse_max_unavailable_arg(args)
     waves = math.ceil(args.nodes / limit)
     options = FleetOptions(
         nodes=args.nodes,
@@ -143,6 +144,8 @@ class Figures:
     complete: float
     peak: int
     rollout: Rollout | None
+    gaps: list[float]
+    first: float
 
 
 def measure(
@@ -191,11 +194,27 @@ def measure(
         per_node = statistics.median(w.seconds for w in windows)
         last = max(w.end for w in windows) - changed
         peak = peak_overlap(windows)
+        gaps = hand_over_gaps(windows, parse_max_unavailable_arg(args))
         rollout = read_rollout(kube, ns)
 
         time.sleep(args.settle_seconds)
         requests = quiet(kube, args.quiet_seconds)
-    return Figures(per_node, last, complete, peak, rollout), requests
+    first = min(w.start for w in windows) - changed
+    return Figures(per_node, last, complete, peak, rollout, gaps, first), requests
+
+
+def parse_max_unavailable_arg(args: argparse.Namespace) -> int:
+    value = args.max_unavailable
+    return parse_max_unavailable(value if value.endswith("%") else int(value), args.nodes)
+
+
+def hand_over_gaps(windows: list[Window], limit: int) -> list[float]:
+    """Seconds from a node's last apply step to the next node's preflight in the slot it
+    freed: the n-th apply to start after the first ``limit`` took the slot of the n-th to
+    end."""
+    starts = sorted(w.start for w in windows)
+    ends = sorted(w.end for w in windows)
+    return [starts[i + limit] - ends[i] for i in range(len(windows) - limit)]
 
 
 def report(
@@ -218,6 +237,13 @@ def report(
     print(f"every node applied: {last:.1f}")
     print(f"rollout complete in status: {figures.complete:.1f}")
     print(f"peak nodes applying at once: {figures.peak}")
+    print(f"first apply started: {figures.first:.2f} s after the change")
+    if figures.gaps:
+        gaps = sorted(figures.gaps)
+        print(
+            f"hand-over: median {statistics.median(gaps):.2f} s, "
+            f"p90 {gaps[int(len(gaps) * 0.9)]:.2f} s (an apply's end to the next in its slot)"
+        )
     print(f"API requests per node per minute: {total / args.nodes / minutes:.3f}")
     print(f"API writes per node per minute: {writes / args.nodes / minutes:.3f}")
     print(f"# rollout ConfigMap: maxUnavailable {rollout.max_unavailable if rollout else None}")

@@ -216,6 +216,7 @@ def start(settings: OperatorSettings, webhook: Webhook | None, supervisor: Super
     )  # fmt: skip
     runner = Runner(controller, settings.resync_seconds, settings.debounce_seconds)
     cache.on_change = runner.trigger
+    cache.on_report = runner.reported
     admission = admission_parts(webhook, api_client, cache, metrics, settings) if webhook else None
     keeper = admission.keeper if admission is not None else None
     probes = Probes(runner, threading.Event(), keeper, settings.resync_seconds)

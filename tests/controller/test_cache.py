@@ -300,3 +300,21 @@ def test_informer_resumes_after_a_broken_connection_without_listing() -> None:
     assert transport.lists == 1
     assert transport.watched_from[:2] == ["10", "11"]  # resumed where it broke
     assert sorted(cache.observe(PLAN).runtime_classes) == ["a", "b"]
+
+
+def test_a_changed_agent_report_asks_for_the_rollout_decision_at_once() -> None:
+    """Only a node's report (what the rollout reads) hands a slot over at once; labels and
+    heartbeats do not."""
+    cache, _ = synced_cache()
+    reported: list[int] = []
+    cache.on_report = lambda: reported.append(1)
+    cache.apply("nodes", "ADDED", node("n1", 1, report=report(hv="Pending")))
+    assert len(reported) == 1
+    labelled = node("n1", 2, labels={"runtime.wcow.dev/hv": "ready"}, report=report(hv="Pending"))
+    cache.apply("nodes", "MODIFIED", labelled)
+    assert len(reported) == 1  # the same report: no hand-over
+    done = node("n1", 3, labels={"runtime.wcow.dev/hv": "ready"}, report=report(hv="Ready"))
+    cache.apply("nodes", "MODIFIED", done)
+    assert len(reported) == 2
+    cache.apply("nodes", "DELETED", node("n1", 4))
+    assert len(reported) == 3  # a deleted node frees its slot too

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,6 +16,7 @@ import pytest
 from tests.conftest import profile_document
 from tests.controller.builders import NAMESPACE
 from tests.controller.fake_api import FakeApi, RelistingCache
+from wcow_contract.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY, Rollout, parse_rollout
 from wcow_contract.support.retry import Backoff
 from wcow_operator.controller.cache import ClusterCache
 from wcow_operator.controller.controller import Controller, PassReport, Runner
@@ -455,3 +458,122 @@ def test_failed_passes_back_off_and_a_good_one_resets_the_delay(
     runner.backoff = Backoff(initial=1, maximum=3)
     runner.run(stop)
     assert waits == [1, 2, 3, 1]
+
+
+def windows_node(name: str, plan: str | None = None, state: str = "Pending") -> dict[str, Any]:
+    """A Windows Node whose agent applied ``plan`` (state Ready), or attempted it."""
+    status = {
+        "hostBuild": "10.0.20348",
+        "hypervAvailable": True,
+        "appliedPlanHash": plan if state == "Ready" else None,
+        "attemptedPlanHash": plan,
+        "handlers": {"hv": {"state": state, "reason": f"R{state}", "profileGeneration": 1}},
+    }
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/os": "windows",
+                "node.kubernetes.io/windows-build": "10.0.20348",
+            },
+            "annotations": {"runtime.wcow.dev/agent-status": json.dumps(status)},
+        }
+    }
+
+
+def rollout_of(api: FakeApi) -> Rollout:
+    found = parse_rollout(api.config_maps[(NAMESPACE, ROLLOUT_CONFIGMAP)]["data"][ROLLOUT_KEY])
+    assert found is not None
+    return found
+
+
+def three_nodes_rolling_out(api: FakeApi, controller: Controller) -> str:
+    """A profile on three Windows nodes, converged: n0 let in (10% of 3: one at a time).
+    Returns the plan's hash."""
+    api.nodes = [windows_node(f"n{i}") for i in range(3)]
+    api.apply_profile(profile_document("hv"))
+    settle(controller)
+    assert list(rollout_of(api).permitted) == ["n0"]
+    return str((api.plan() or {})["hash"])
+
+
+@contextlib.contextmanager
+def running(runner: Runner) -> Iterator[None]:
+    """The runner in its thread, its first pass done; stopped and joined after."""
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.run, args=(stop,))
+    thread.start()
+    try:
+        assert _wait_for(lambda: runner.last_pass_ok is not None)
+        yield
+    finally:
+        stop.set()
+        runner.trigger()
+        thread.join(timeout=5)
+    assert not thread.is_alive()
+
+
+def test_a_node_done_hands_its_slot_over_at_once_with_one_write(
+    api: FakeApi, controller: Controller, caplog: pytest.LogCaptureFixture
+) -> None:
+    plan = three_nodes_rolling_out(api, controller)
+    api.nodes[0] = windows_node("n0", plan, "Ready")
+    api.calls.clear()
+    controller.hand_over()
+    assert api.writes() == ["replace_config_map"]  # the rollout only: statuses wait for the pass
+    assert sorted(rollout_of(api).permitted) == ["n0", "n1"]
+    api.calls.clear()
+    controller.hand_over()
+    assert api.writes() == []  # nothing new: nothing written
+    settle(controller)
+    assert "replace_config_map" not in api.writes()  # the pass agrees with the hand-over
+    # A failure halts in the pass, not in a hand-over, and the operator's log says so once.
+    api.nodes[1] = windows_node("n1", plan, "Failed")
+    api.calls.clear()
+    with caplog.at_level("WARNING", logger="wcow_operator.controller.controller"):
+        controller.hand_over()
+        assert api.writes() == []
+        assert rollout_of(api).halted is None
+        settle(controller)
+        controller.hand_over()
+    halts = [r.getMessage() for r in caplog.records if "halted" in r.getMessage()]
+    assert len(halts) == 1, halts
+    assert "n1 (RFailed)" in halts[0]
+    assert rollout_of(api).halted is not None
+
+
+def test_the_runner_hands_over_before_the_debounced_pass(
+    api: FakeApi, controller: Controller
+) -> None:
+    plan = three_nodes_rolling_out(api, controller)
+    runner = Runner(controller, resync_seconds=3600, debounce_seconds=2.0)
+    with running(runner):
+        api.calls.clear()
+        api.nodes[0] = windows_node("n0", plan, "Ready")
+        started = time.monotonic()
+        runner.reported()
+        assert _wait_for(lambda: "n1" in rollout_of(api).permitted, seconds=1.5)
+        assert time.monotonic() - started < 1.5  # not after the 2 s debounce
+        assert "patch_profile_status" not in api.writes()  # the pass has not run yet
+        assert _wait_for(lambda: "patch_profile_status" in api.writes(), seconds=5)
+
+
+def test_hand_overs_are_spaced_so_nodes_finishing_together_share_one_write(
+    api: FakeApi, controller: Controller
+) -> None:
+    """Every rollout write reaches every agent's watch: a second report within
+    ``hand_over_seconds`` of a hand-over waits for it (still before the debounced pass)."""
+    plan = three_nodes_rolling_out(api, controller)
+    runner = Runner(controller, resync_seconds=3600, debounce_seconds=3.0, hand_over_seconds=1.0)
+    with running(runner):
+        api.calls.clear()
+        api.nodes[0] = windows_node("n0", plan, "Ready")
+        runner.reported()
+        assert _wait_for(lambda: "n1" in rollout_of(api).permitted, seconds=0.8)
+        api.nodes[1] = windows_node("n1", plan, "Ready")
+        runner.reported()
+        time.sleep(0.4)
+        assert "n2" not in rollout_of(api).permitted  # spaced: not yet
+        assert _wait_for(lambda: "n2" in rollout_of(api).permitted, seconds=1.5)
+        assert api.writes().count("replace_config_map") == 2
+        assert "patch_profile_status" not in api.writes()  # both before the pass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -13,7 +14,7 @@ import pytest
 from tests.controller.builders import NAMESPACE, observed, profile_body, windows_node
 from wcow_contract.plan import PLAN_KEY, plan_document
 from wcow_operator.reconcile.core import ReconcileSettings, reconcile
-from wcow_operator.reconcile.model import FINALIZER, Observed, Outcome, Write
+from wcow_operator.reconcile.model import FINALIZER, Observed, ObservedNode, Outcome, Write
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SETTINGS = ReconcileSettings(namespace=NAMESPACE)
@@ -579,3 +580,33 @@ def test_long_profile_names_are_annotated_not_labelled() -> None:
     rc = next(w.body for w in outcome.writes if w.kind == "create-runtime-class")
     assert "runtime.wcow.dev/profile" not in rc["metadata"]["labels"]
     assert rc["metadata"]["annotations"]["runtime.wcow.dev/profile"] == name
+
+
+def test_no_eligible_node_says_why_the_nodes_cannot_run_it() -> None:
+    """Issue 20 item 6: instead of a bare "0/0 eligible", the agents' NotEligible reasons,
+    grouped by what they say, most nodes first; node text escaped and bounded."""
+    too_old = (
+        "guest build 10.0.26100 is newer than the host's 10.0.20348; Hyper-V isolation "
+        "needs host build >= guest build"
+    )
+    nodes = []
+    for i in range(3):
+        node = windows_node(f"old{i}", {"hv": ("NotEligible", "HostBuildTooOld")})
+        nodes.append(_with_message(node, "hv", too_old))
+    hostile = "no Hyper-V\nn9: all good" + "x" * 5000
+    plain = windows_node("plain", {"hv": ("NotEligible", "HyperVUnavailable")}, hyperv=False)
+    nodes.append(_with_message(plain, "hv", hostile))
+    outcome = run(observed(profile_body("hv"), nodes=nodes))
+    nodes_ready = condition(outcome, "hv", "NodesReady")
+    assert nodes_ready["reason"] == "NoEligibleNodes"
+    message = nodes_ready["message"]
+    assert f"3 nodes: HostBuildTooOld ({too_old})" in message
+    assert "1 node: HyperVUnavailable (no Hyper-V\\nn9: all good" in message
+    assert "\n" not in message
+    assert len(message) < 1024
+
+
+def _with_message(node: ObservedNode, handler: str, message: str) -> ObservedNode:
+    status = json.loads(node.agent_status or "{}")
+    status["handlers"][handler]["message"] = message
+    return dataclasses.replace(node, agent_status=json.dumps(status))

@@ -46,12 +46,13 @@ def step(
     *,
     limit: int | str = 2,
     plan: dict[str, Any] = NEW,
+    previous: dict[str, Any] = OLD,
     resume: str = "",
     now: datetime = NOW,
 ) -> tuple[Rollout, Progress]:
     return decide(
         plan=plan,
-        previous_plan=OLD,
+        previous_plan=previous,
         current=current,
         reports=reports,
         max_unavailable=lambda _changed: parse_max_unavailable(limit, len(reports)),
@@ -135,6 +136,37 @@ def test_a_failure_left_from_the_replaced_plan_does_not_halt_the_new_one() -> No
     rollout, _ = step(None, fleet(3), plan=fixed)
     _, progress = step(rollout, fleet(3, n00=fresh), plan=fixed)
     assert progress.halted is not None
+
+
+def test_a_failure_of_a_handler_the_new_plan_removes_does_not_halt_it() -> None:
+    """Renaming a failing handler: the new plan drops ``bad`` and adds ``good``. The nodes
+    that tried ``bad`` still report it Failed when they start on the new plan; that is not a
+    failure of the new plan (issue 20 item 5)."""
+    bad_plan = plan_document({"bad": {"generation": 2}, "proc": {"v": 1}})
+    good_plan = plan_document({"good": {"generation": 3}, "proc": {"v": 1}})
+    reports = {f"n{i:02d}": report(OLD["hash"]) for i in range(4)}
+    failing = {"bad": ("Failed", "CanaryFailed", "no shim")}
+    first, _ = step(None, reports, plan=bad_plan)
+    for name in first.permitted:
+        reports[name] = NodeReport(OLD["hash"], bad_plan["hash"], failing, {"bad": 2})
+    halted, progress = step(first, reports, plan=bad_plan)
+    assert progress.halted is not None
+    # The fix: a new plan. The first nodes start on it still reporting ``bad`` Failed.
+    fixed, progress = step(halted, reports, plan=good_plan, previous=bad_plan)
+    assert progress.halted is None
+    assert {"bad", "good"} <= set(fixed.changed_handlers)
+    for name in fixed.permitted:
+        states = {**failing, "good": ("Pending", "", "")}
+        reports[name] = NodeReport(OLD["hash"], good_plan["hash"], states, {"bad": 2, "good": 3})
+    going, progress = step(fixed, reports, plan=good_plan, previous=bad_plan)
+    assert progress.halted is None
+    assert progress.applying == 2
+    for name in going.permitted:
+        states = {"good": ("Ready", "", "")}
+        reports[name] = NodeReport(good_plan["hash"], good_plan["hash"], states, {"good": 3})
+    after, progress = step(going, reports, plan=good_plan, previous=bad_plan)
+    assert progress.halted is None
+    assert len(after.permitted) == 4  # the next two let in: it resumes to every node
 
 
 def test_a_new_spec_starts_a_new_rollout() -> None:

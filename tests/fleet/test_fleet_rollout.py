@@ -55,12 +55,14 @@ from tests.fleet.paced import (
     plan_hash,
     reached,
     read_rollout,
+    rolled_out,
     settle,
     until,
 )
 from tests.kstatus import compute
 from wcow_agent.simulate.fleet import Fleet
 from wcow_contract.labels import READY_VALUE, ready_label
+from wcow_contract.rollout import RESUME_ANNOTATION
 
 pytestmark = pytest.mark.e2e
 
@@ -302,6 +304,12 @@ def test_bad_change_stops_after_max_unavailable_nodes(
         assert all(e["type"] == "Warning" for e in notes), notes
         settle(2.0)
         assert appliers(fleet.nodes, since) == tried, "the halted rollout went on"
+        # The operator's log says so once, with the reason (not once per pass).
+        log = operator.log.read_text(encoding="utf-8", errors="replace").splitlines()
+        halts = [line for line in log if f"rollout of plan {bad} halted" in line]
+        assert len(halts) == 1, halts
+        assert "NodeFailed" in halts[0], halts[0]
+        assert any(n in halts[0] for n in named), halts[0]
 
 
 def test_fixing_the_spec_resumes_a_halted_rollout(
@@ -329,6 +337,58 @@ def test_fixing_the_spec_resumes_a_halted_rollout(
             lambda: reached(view, kube, ns, hv, (MEMORY, 4096)),
             explain,
         )
+        windows = apply_windows(fleet.nodes, since)
+        assert {w.node for w in windows} == set(names)
+        assert peak_overlap(windows) <= PROFILE_LIMIT, windows
+
+
+def renamed_everywhere(paced: Paced, handler: str, gone: str, hash_: str | None) -> str | None:
+    """The plan's hash once every node applied it, runs ``handler`` labelled ready and has no
+    ``gone`` table, and the profile says RolledOut for it on every node."""
+    view = paced.view
+    if not hash_ or rolled_out(view, paced.hv, hash_, NODES) is None:
+        return None
+    for name, sim in paced.fleet.nodes.items():
+        runtimes = view.disk_runtimes(name)
+        if handler not in runtimes or gone in runtimes or sim.running_text != sim.disk_text():
+            return None
+        if applied_or_none(view, name) != hash_:
+            return None
+        if view.labels(name).get(ready_label(handler)) != READY_VALUE:
+            return None
+    return hash_
+
+
+def test_renaming_a_failing_handler_resumes_without_an_annotation(
+    kube: client.ApiClient, kubeconfig: Path, prefix: str, tmp_path: Path
+) -> None:
+    """Issue 20 item 5: a new handler that fails its canary halts after at most
+    maxUnavailable nodes; naming a working handler instead is a new plan whose rollout the
+    old handler's failures (still reported by the first nodes) do not halt."""
+    with paced_fleet(kube, kubeconfig, prefix, tmp_path) as paced:
+        operator, fleet, view, ns = paced.operator, paced.fleet, paced.view, paced.ns
+        hv, names = paced.hv, paced.names
+        bad_handler, good_handler = f"{hv}-bad", f"{hv}-good"
+        since = time.time()
+        patch_spec(kube, hv, {"handler": bad_handler, **BAD_CHANGE})
+        bad = new_plan(operator, kube, ns, paced.first)
+        stop = operator.until(f"{hv} RolloutHalted", lambda: halted(view, hv))
+        settle(2.0)
+        tried = appliers(fleet.nodes, since)
+        assert 1 <= len(tried) <= PROFILE_LIMIT, tried
+        assert any(n in stop["message"] for n in tried), stop["message"]
+        since = time.time()
+        patch_spec(kube, hv, {"handler": good_handler, "containerd": {"runtimePath": None}})
+        new_plan(operator, kube, ns, bad)
+        until(
+            operator,
+            f"{good_handler} on every node",
+            lambda: renamed_everywhere(paced, good_handler, bad_handler, plan_hash(kube, ns)),
+            paced.explain,
+        )
+        body = view.profile(hv) or {}
+        annotations = body["metadata"].get("annotations") or {}
+        assert RESUME_ANNOTATION not in annotations, annotations
         windows = apply_windows(fleet.nodes, since)
         assert {w.node for w in windows} == set(names)
         assert peak_overlap(windows) <= PROFILE_LIMIT, windows

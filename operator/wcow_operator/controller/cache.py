@@ -22,6 +22,7 @@ from wcow_contract.v1alpha1 import READY_LABEL_PREFIX
 from wcow_contract.windows_builds import WINDOWS_BUILD_LABEL
 from wcow_operator.reconcile.model import Observed, ObservedNode, ObservedProfile
 from wcow_operator.reconcile.nodes import Contribution, NodeTally, contribution
+from wcow_operator.reconcile.rollout import NodeReport
 
 Kind = Literal["profiles", "runtimeclasses", "plan", "rollout", "nodes"]
 KINDS: tuple[Kind, ...] = ("profiles", "runtimeclasses", "plan", "rollout", "nodes")
@@ -86,6 +87,9 @@ class ClusterCache:
         self._floors: dict[tuple[Kind, str], int] = {}  # (kind, name) -> our write's version
         self._synced: dict[Kind, threading.Event] = {k: threading.Event() for k in KINDS}
         self.on_change = on_change  # asks for a reconcile pass
+        # asks for the rollout decision at once: a node's report changed (it may have freed
+        # its slot in a paced rollout, or failed it)
+        self.on_report: Callable[[], None] = lambda: None
 
     # -- fed by the watches ----------------------------------------------------------------
 
@@ -118,7 +122,11 @@ class ClusterCache:
                 if version < floor:
                     return  # older than our own write: the watch has not caught up yet
                 del self._floors[(kind, name)]
+            before = self._report(kind, name)
             changed = self._store(kind, name, None if event == "DELETED" else obj)
+            reported = changed and self._report(kind, name) != before
+        if reported:
+            self.on_report()
         if changed:
             self.on_change()
 
@@ -179,6 +187,10 @@ class ClusterCache:
             }
 
     # -- internals (lock held) -------------------------------------------------------------
+
+    def _report(self, kind: Kind, name: str) -> NodeReport | None:
+        entry = self._nodes.get(name) if kind == "nodes" else None
+        return entry[1].report if entry is not None else None
 
     def _store(self, kind: Kind, name: str, obj: dict[str, Any] | None) -> bool:
         if kind == "nodes":

@@ -17,8 +17,9 @@ from typing import Any
 from wcow_contract.condition_table import CONDITIONS
 from wcow_contract.conditions import timestamp
 from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_KEY
-from wcow_contract.rollout import ROLLOUT_CONFIGMAP
+from wcow_contract.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY, parse_rollout
 from wcow_contract.support.retry import Backoff
+from wcow_contract.text import printable
 from wcow_contract.v1alpha1 import API_VERSION, KIND
 from wcow_operator.controller.api import ApiError, ClusterApi
 from wcow_operator.controller.cache import ClusterCache, Kind
@@ -40,6 +41,9 @@ from wcow_operator.reconcile.model import (
 
 log = logging.getLogger(__name__)
 EVENT_NAMESPACE = "default"
+# Hand-overs (rollout writes between passes) at most this often: a write reaches every
+# agent's watch, so writing once per finished node would cost N x N events per rollout.
+HAND_OVER_SECONDS = 0.2
 RUNTIME_CLASS_WRITES = ("create-runtime-class", "replace-runtime-class", "recreate-runtime-class")
 # The metric counts every condition a profile carries (the catalogue the docs render).
 CONDITION_TYPES = tuple(kind.type for kind in CONDITIONS)
@@ -104,6 +108,27 @@ class Controller:
             log.warning("reconcile: %s", problem)
         return report
 
+    def hand_over(self) -> None:
+        """Only the rollout decision, at once, when a node's report changed: a node that
+        finished frees its slot for the next without waiting for a debounced pass (that pass
+        follows and writes the statuses; the rollout it computes is then unchanged). Nothing
+        is written when the decision is unchanged, or when the plan it is for is not written
+        yet (the pass writes the plan first). A halt is left to the pass: a node let in again
+        by a resume still shows its old failure until its agent has tried again, which the
+        debounce gives it time to report."""
+        try:
+            outcome = reconcile(self.observe(), self.settings, self.clock())
+        except Exception:  # the pass that follows reports it
+            log.debug("rollout hand-over skipped", exc_info=True)
+            return
+        if any(w.kind == "write-plan" for w in outcome.writes):
+            return
+        if outcome.rollout is not None and outcome.rollout.halted is not None:
+            return
+        writes = [w for w in outcome.writes if w.kind == "write-rollout"]
+        if writes:
+            self._execute(dataclasses.replace(outcome, writes=writes, events=[]), PassReport())
+
     # -- writes ----------------------------------------------------------------------------
 
     def _execute(self, outcome: Outcome, report: PassReport) -> None:
@@ -151,6 +176,8 @@ class Controller:
     def _try(self, write: Write) -> Exception | None:
         try:
             self._apply(write)
+            if write.kind == "write-rollout":
+                _log_halt(write)
         except ApiError as error:
             return error
         except Exception as error:  # a bug in one write must not stop the others
@@ -288,6 +315,25 @@ def _read_plan(config_map: dict[str, Any]) -> dict[str, Any] | None:
     return plan if isinstance(plan, dict) else None
 
 
+def _log_halt(write: Write) -> None:
+    """Say once, in the operator's log, that a rollout halted and why: the rollout is written
+    only when the decision changes, and a halt stays as it is until a resume or a new plan."""
+    new = parse_rollout(write.body["data"].get(ROLLOUT_KEY))
+    old = parse_rollout(((write.observed or {}).get("data") or {}).get(ROLLOUT_KEY))
+    halt = new.halted if new is not None else None
+    if new is None or halt is None:
+        return
+    if old is not None and old.plan_hash == new.plan_hash and old.halted == halt:
+        return
+    log.warning(
+        "rollout of plan %s halted (%s): %s; changed handlers: %s",
+        new.plan_hash,
+        printable(halt.reason, 128),
+        printable(halt.message, 1024),  # names nodes' own reasons: untrusted
+        ", ".join(new.changed_handlers) or "none",
+    )
+
+
 def _blocked_cleanups(outcome: Outcome, error: Exception) -> list[EventNote]:
     return [
         EventNote(
@@ -315,17 +361,47 @@ class Runner:
         resync_seconds: float,
         debounce_seconds: float = 0.5,
         max_backoff_seconds: float = 60.0,
+        hand_over_seconds: float = HAND_OVER_SECONDS,
     ) -> None:
         self.controller = controller
         self.resync_seconds = resync_seconds
         self.debounce_seconds = debounce_seconds
         self.backoff = Backoff(initial=1.0, maximum=max_backoff_seconds)
         self._dirty = threading.Event()
+        self._report = threading.Event()  # a node's report changed: hand over at once
+        self.hand_over_seconds = hand_over_seconds
+        self._handed_over = -hand_over_seconds  # monotonic time of the last hand-over
         self.last_pass_ok: float | None = None
         self.heartbeat = time.monotonic()
 
     def trigger(self) -> None:
         self._dirty.set()
+
+    def reported(self) -> None:
+        """A node's report changed: the rollout decision runs at once (``hand_over``), the
+        whole pass after the debounce as for any change."""
+        self._report.set()
+        self._dirty.set()
+
+    def _debounce(self, stop: threading.Event) -> None:
+        """Wait ``debounce_seconds`` for more changes, handing over slots meanwhile: at once,
+        but at most one hand-over per ``hand_over_seconds``, since every rollout write goes
+        to every agent's watch (nodes finishing together are let in by one write)."""
+        deadline = time.monotonic() + self.debounce_seconds
+        while not stop.is_set():
+            now = time.monotonic()
+            due = self._handed_over + self.hand_over_seconds
+            if self._report.is_set() and now >= due:
+                self._report.clear()
+                self.controller.hand_over()
+                self._handed_over = time.monotonic()
+                continue
+            if now >= deadline:
+                return
+            if self._report.is_set():
+                stop.wait(min(deadline, due) - now)
+            else:
+                self._report.wait(deadline - now)
 
     def run(self, stop: threading.Event) -> None:
         # Never plan from a half-filled cache: a profile not listed yet would look deleted.
@@ -340,7 +416,7 @@ class Runner:
             self._dirty.wait(timeout=wait)
             if stop.is_set():
                 return
-            stop.wait(self.debounce_seconds)
+            self._debounce(stop)
             self._dirty.clear()
             report = self.controller.run_pass()
             self.heartbeat = time.monotonic()

@@ -18,12 +18,14 @@ judged when it reaches this one (the rollout waits for it meanwhile).
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from wcow_contract.agent_status import GUEST_BUILD_UNSUPPORTED, AgentStatus, parse_agent_status
 from wcow_contract.labels import READY_VALUE, ready_label
+from wcow_contract.text import printable
 from wcow_contract.v1alpha1 import NodeFailure
 from wcow_contract.windows_builds import (
     WINDOWS_BUILD_LABEL,
@@ -35,6 +37,8 @@ from wcow_operator.reconcile.model import ObservedNode
 from wcow_operator.reconcile.rollout import NodeReport
 
 MAX_FAILURES = 5
+MAX_UNFIT = 3  # reasons why no node can run a handler, in its condition's message
+UNFIT_MESSAGE = 200  # characters of an agent's message quoted there
 # NotEligible reasons that a platform team can act on (the node's containerd drops settings
 # the handler needs): listed with the failures, though the node is not counted as eligible.
 ACTIONABLE_INELIGIBILITY = frozenset({"ContainerdTooOld", GUEST_BUILD_UNSUPPORTED})
@@ -50,6 +54,8 @@ class NodeSummary:
     without_agent: int = 0  # Windows nodes with no readable agent status
     ineligible: int = 0  # nodes that cannot run it for an actionable reason (in failures)
     inconsistent: int = 0  # nodes that report what they cannot run (in failures)
+    # Why the other nodes cannot run it: (nodes, reason, agent's message), most nodes first
+    unfit: tuple[tuple[int, str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,7 @@ class HandlerStanding:
     failure: NodeFailure | None  # Failed or Conflict, and not labelled ready
     eligible: bool = True
     inconsistent: bool = False  # listed as ReportInconsistent whatever the plan says
+    unfit: tuple[str, str] | None = None  # NotEligible: (reason, message) of the agent
 
 
 # Nodes that report alike for a handler, judged together against its current entry: the
@@ -160,6 +167,9 @@ def contribution(node: ObservedNode) -> Contribution:
             if entry.reason in ACTIONABLE_INELIGIBILITY:
                 note = NodeFailure(node=node.name, reason=entry.reason, message=entry.message)
                 standings[handler] = HandlerStanding(False, note, eligible=False)
+            else:
+                unfit = (entry.reason, entry.message)
+                standings[handler] = HandlerStanding(False, None, eligible=False, unfit=unfit)
             continue
         if entry.state == "Failed" and entry.reason == GUEST_BUILD_UNSUPPORTED:
             # Applied, but this node's pause image boots another guest build: a node pool
@@ -187,9 +197,10 @@ class _Counts:
     ineligible: dict[str, NodeFailure] = field(default_factory=dict)  # actionable, by node
     inconsistent: dict[str, NodeFailure] = field(default_factory=dict)  # by node
     claimants: set[str] = field(default_factory=set)  # nodes counted as eligible
+    unfit: Counter[tuple[str, str]] = field(default_factory=Counter)  # (reason, message)
 
     def empty(self) -> bool:
-        return not (self.eligible or self.ineligible or self.inconsistent)
+        return not (self.eligible or self.ineligible or self.inconsistent or self.unfit)
 
     def copy(self) -> _Counts:
         return _Counts(
@@ -199,6 +210,7 @@ class _Counts:
             dict(self.ineligible),
             dict(self.inconsistent),
             set(self.claimants),
+            Counter(self.unfit),
         )
 
 
@@ -227,6 +239,9 @@ class NodeTally:
                 listed = counts.inconsistent
             else:
                 listed = counts.failures if standing.eligible else counts.ineligible
+            if standing.unfit is not None:
+                counts.unfit[standing.unfit] += sign
+                counts.unfit = +counts.unfit  # drops what reached zero
             if standing.eligible:
                 counts.eligible += sign
                 counts.ready += sign if standing.ready else 0
@@ -252,6 +267,7 @@ class NodeTally:
         for (host, applied), counts in self._counts.get(handler, {}).items():
             total.ineligible.update(counts.ineligible)
             total.inconsistent.update(counts.inconsistent)
+            total.unfit.update(counts.unfit)
             if needs is not None and host is not None and applied == needs.plan_hash:
                 refusal = needs.refusal(host)
                 if refusal is not None:
@@ -276,6 +292,12 @@ class NodeTally:
             without_agent=self._without_agent,
             ineligible=len(total.ineligible),
             inconsistent=len(total.inconsistent),
+            unfit=tuple(
+                (n, reason, message)
+                for (reason, message), n in sorted(
+                    total.unfit.items(), key=lambda item: (-item[1], item[0])
+                )[:MAX_UNFIT]
+            ),
         )
 
     @staticmethod
@@ -349,4 +371,16 @@ def describe(summary: NodeSummary) -> str:
         )
     if summary.without_agent:
         parts.append(f"{summary.without_agent} Windows nodes report no agent status yet")
+    if summary.eligible == 0 and summary.unfit:
+        parts.append(f"no Windows node can run it: {_unfit(summary.unfit)}")
     return "; ".join(parts)
+
+
+def _unfit(groups: tuple[tuple[int, str, str], ...]) -> str:
+    """Why nodes cannot run a handler, as their agents say (untrusted: escaped, bounded),
+    grouped: "3 nodes: HostBuildTooOld (guest build 10.0.26100 is newer than ...)"."""
+    return "; ".join(
+        f"{n} node{'s' if n > 1 else ''}: {printable(reason, 128)} "
+        f"({printable(message, UNFIT_MESSAGE)})"
+        for n, reason, message in groups
+    )

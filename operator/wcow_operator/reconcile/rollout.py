@@ -71,12 +71,17 @@ def changed_handlers(previous: Mapping[str, Any] | None, plan: Mapping[str, Any]
 
 
 def _failed(report: NodeReport, handler: str, plan: Mapping[str, Any]) -> bool:
-    """Whether the node reports ``handler`` failed for this plan: a Failed or Conflict state
-    about an earlier generation (left from the attempt the plan replaces) does not count."""
+    """Whether the node reports ``handler`` failed for this plan. Only the plan's own
+    entries can fail it: a Failed or Conflict state of a handler the plan removes (a profile
+    renamed its failing handler), or about an earlier generation (left from the attempt the
+    plan replaces), is the old attempt's, which a node reports until its agent is done."""
     state = report.states.get(handler, ("", "", ""))[0]
     if state not in ("Failed", "Conflict"):
         return False
-    wanted = ((plan.get("handlers") or {}).get(handler) or {}).get("generation")
+    entries = plan.get("handlers") or {}
+    if handler not in entries:
+        return False
+    wanted = (entries.get(handler) or {}).get("generation")
     said = report.generations.get(handler)
     return wanted is None or said is None or said == wanted
 
