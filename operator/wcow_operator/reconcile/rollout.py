@@ -160,9 +160,12 @@ def decide(
 
 def _halt(failures: list[NodeFailure], now: datetime) -> Halt:
     names = ", ".join(f"{f.node} ({f.reason})" for f in failures[:MAX_LISTED])
+    first = failures[0]  # its own words: a failed canary's error, the pods a drain waited on
     return Halt(
         reason="NodeFailed",
-        message=f"stopped after a node failed the change: {names}",
+        # At most 400 of its words, so the status still has room for how to resume.
+        message=f"stopped after a node failed the change: {names}; {first.node}: "
+        f"{first.message[:400]}",
         since=timestamp(now),
         nodes=failures[:MAX_LISTED],
     )
