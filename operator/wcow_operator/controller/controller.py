@@ -41,7 +41,6 @@ from wcow_operator.reconcile.model import (
 
 log = logging.getLogger(__name__)
 EVENT_NAMESPACE = "default"
-DRAIN_POLL_SECONDS = 2.0
 RUNTIME_CLASS_WRITES = ("create-runtime-class", "replace-runtime-class", "recreate-runtime-class")
 # The metric counts every condition a profile carries (the catalogue the docs render).
 CONDITION_TYPES = tuple(kind.type for kind in CONDITIONS)
@@ -52,7 +51,8 @@ class PassReport:
     writes: int = 0
     errors: list[str] = field(default_factory=list)
     plan_written: bool = False
-    draining: bool = False  # a drain is under way: the next pass should come soon
+    # A drain is done or under way: the next pass in this many seconds (None: no drain).
+    again_in: float | None = None
 
 
 class Controller:
@@ -144,7 +144,7 @@ class Controller:
         draining nodes is written (a failed write: the next pass decides again)."""
         if outcome.drain is None or any(e.startswith("write-rollout") for e in report.errors):
             return
-        report.draining = self.drainer.run(outcome.drain, self._pool)
+        report.again_in = self.drainer.run(outcome.drain, self._pool)
 
     def _with_failures(self, batch: list[Write], failed_rc: dict[str, Exception]) -> list[Write]:
         """Status patches that tell the truth when this pass's RuntimeClass write failed; a
@@ -374,6 +374,6 @@ class Runner:
                 wait = 0.0
             else:
                 self.last_pass_ok = time.monotonic()
-                # While a node drains, look again soon: its pods leave on their own time.
-                wait = DRAIN_POLL_SECONDS if report.draining else self.resync_seconds
+                # While a node drains, look again soon (at once when one is drained).
+                wait = self.resync_seconds if report.again_in is None else report.again_in
                 delays = self.backoff.delays()

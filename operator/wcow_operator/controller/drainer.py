@@ -32,6 +32,7 @@ from wcow_operator.reconcile.drain import (
 )
 
 log = logging.getLogger(__name__)
+POLL_SECONDS = 2.0  # while a node drains: how soon to look at its pods again
 
 
 class Drainer:
@@ -49,9 +50,10 @@ class Drainer:
         self.progress: dict[str, DrainProgress] = {}
         self._began: dict[str, float] = {}
 
-    def run(self, work: DrainWork, pool: ThreadPoolExecutor) -> bool:
-        """Drain and uncordon as decided; True when a drain is done or still under way (the
-        next pass should come soon)."""
+    def run(self, work: DrainWork, pool: ThreadPoolExecutor) -> float | None:
+        """Drain and uncordon as decided. When the next pass should come: at once when a
+        drain is done (that node may be permitted), in ``POLL_SECONDS`` while one is under
+        way (pods leave on their own time), None when nothing drains."""
         for node in set(self.progress) - set(work.drain):
             self._finished(node)
         for node in work.drain:
@@ -63,7 +65,9 @@ class Drainer:
         for node, found in zip(work.drain, results, strict=False):
             if found is not None:
                 self.progress[node] = found
-        return bool(work.drain)
+        if any(self.progress[n].done for n in work.drain if n in self.progress):
+            return 0.0
+        return POLL_SECONDS if work.drain else None
 
     def _safely(
         self,
