@@ -75,6 +75,9 @@ def test_the_strongest_drain_wins_and_only_evicting_profiles_pods_leave() -> Non
     )
     assert drain_order([ProfileDrain("a", None)], "Evict").evict == {"a": None}
     assert drain_order([], "Evict").mode == "None"  # nothing changed: nothing to drain
+    # A deleted profile's handler leaves the plan: the operator's default drains for it.
+    removed = drain_order([ProfileDrain("a", "None")], "Cordon", unclaimed=True)
+    assert removed.mode == "Cordon"
     longest = drain_order([ProfileDrain("a", "Evict", 60), ProfileDrain("b", "Evict")], "None")
     assert longest.timeout == timedelta(seconds=600)  # b's default 600 outlasts a's 60
 

@@ -647,7 +647,8 @@ def _rollout_writes(
 
 def _drain_order(live: list[_Profile], changed: frozenset[str], default: Drain) -> DrainOrder:
     """How nodes are drained for a change of these handlers: each changed profile's
-    spec.rollout (the operator's --drain where it says nothing); see ``reconcile.drain``."""
+    spec.rollout (the operator's --drain where it says nothing, and for the handlers of
+    deleted profiles); see ``reconcile.drain``."""
     return drain_order(
         (
             ProfileDrain(
@@ -662,6 +663,7 @@ def _drain_order(live: list[_Profile], changed: frozenset[str], default: Drain) 
             if state.claimed_handler in changed
         ),
         default,
+        unclaimed=bool(changed - {state.claimed_handler for state in live}),
     )
 
 

@@ -61,11 +61,15 @@ class ProfileDrain:
     selector: LabelSelector | None = None
 
 
-def drain_order(profiles: Iterable[ProfileDrain], default: Drain) -> DrainOrder:
+def drain_order(
+    profiles: Iterable[ProfileDrain], default: Drain, *, unclaimed: bool = False
+) -> DrainOrder:
     """The strongest drain among the changed profiles (Evict > Cordon > None); the longest
-    of their timeouts; with Evict, the classes of the profiles that ask for it."""
+    of their timeouts; with Evict, the classes of the profiles that ask for it. ``unclaimed``:
+    the change also removes handlers no live profile claims (deleted profiles): the default
+    drain counts for them (their RuntimeClasses are gone, so no pod is evicted for them)."""
     chosen = list(profiles)
-    modes = {p.mode or default for p in chosen}
+    modes = {p.mode or default for p in chosen} | ({default} if unclaimed else set())
     mode: Drain = next((m for m in DRAIN_ORDER if m in modes), "None")
     evicting = [p for p in chosen if (p.mode or default) == "Evict"]
     seconds = max(
