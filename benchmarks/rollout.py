@@ -2,6 +2,7 @@
 the ideal, and what the fleet costs the API server once it is steady.
 
     .venv/bin/python benchmarks/rollout.py [--nodes 200] [--max-unavailable 10%]
+                                           [--drain None|both]
 
 Runs against the cluster KUBECONFIG points at, or else starts the project's local control
 plane (`make control-plane` builds it). Starts `wcow-operator` and N simulated Windows nodes
@@ -25,6 +26,15 @@ waits until every node runs it, then changes its `vm.memoryMB` and prints, one p
                                                less what the control plane alone made in
                                                as long before the operator started)
     API writes per node per minute: <rate>    (POST/PUT/PATCH/DELETE/APPLY; target 0)
+
+With ``--drain both`` (the default), a second change of the same profile with
+``spec.rollout.drain: Cordon`` follows (each node cordoned before it applies, uncordoned
+after), and its figures print beside the first's, ``Cordon against None``:
+
+    Cordon: every node applied: <seconds>     (the second change, as above)
+    Cordon: rollout complete in status: <seconds>
+    Cordon: peak nodes applying at once: <count>
+    Cordon against None: <ratio>              (every node applied, Cordon / None)
 
 and, for context, both windows' requests by verb and resource. Everything it
 creates is deleted at the end.
@@ -146,6 +156,7 @@ class Figures:
     rollout: Rollout | None
     gaps: list[float]
     first: float
+    cordon: tuple[float, float, int] | None = None  # every node applied, complete, peak
 
 
 def measure(
@@ -199,8 +210,38 @@ def measure(
 
         time.sleep(args.settle_seconds)
         requests = quiet(kube, args.quiet_seconds)
+        cordon = None
+        if args.drain == "both":
+            cordon = cordoned_change(args, kube, operator, fleet, view, ns=ns, hv=hv)
     first = min(w.start for w in windows) - changed
-    return Figures(per_node, last, complete, peak, rollout, gaps, first), requests
+    return Figures(per_node, last, complete, peak, rollout, gaps, first, cordon), requests
+
+
+def cordoned_change(
+    args: argparse.Namespace,
+    kube: client.ApiClient,
+    operator: Operator,
+    fleet: Fleet,
+    view: View,
+    *,
+    ns: str,
+    hv: str,
+) -> tuple[float, float, int]:
+    """The same change again with drain Cordon: (every node applied, complete, peak)."""
+    before = plan_hash(kube, ns)
+    changed = time.time()
+    patch_spec(kube, hv, {"vm": {"memoryMB": 4096}, "rollout": {"drain": "Cordon"}})
+    new_plan(operator, kube, ns, before)
+    operator.until(
+        "the Cordon change on every node",
+        lambda: (h := plan_hash(kube, ns)) != before and rolled_out(view, hv, h, args.nodes),
+        timeout=args.timeout,
+    )
+    complete = time.time() - changed
+    windows = apply_windows(fleet.nodes, changed)
+    if {w.node for w in windows} != set(fleet.nodes):
+        raise SystemExit("with Cordon, not every node's journal shows an apply")
+    return max(w.end for w in windows) - changed, complete, peak_overlap(windows)
 
 
 def parse_max_unavailable_arg(args: argparse.Namespace) -> int:
@@ -246,6 +287,12 @@ def report(
         )
     print(f"API requests per node per minute: {total / args.nodes / minutes:.3f}")
     print(f"API writes per node per minute: {writes / args.nodes / minutes:.3f}")
+    if figures.cordon is not None:
+        applied, complete, peak = figures.cordon
+        print(f"Cordon: every node applied: {applied:.1f}")
+        print(f"Cordon: rollout complete in status: {complete:.1f}")
+        print(f"Cordon: peak nodes applying at once: {peak}")
+        print(f"Cordon against None: {applied / last:.2f}")
     print(f"# rollout ConfigMap: maxUnavailable {rollout.max_unavailable if rollout else None}")
     print(f"# every node applied / ideal: {last / (waves * per_node):.2f}")
     print(
@@ -275,6 +322,12 @@ def main(argv: list[str] | None = None) -> None:
         default=60.0,
         help="agents' full reconcile interval (wcow-agent run: 300); the quiet window sees "
         "each agent's resync once at the defaults",
+    )
+    parser.add_argument(
+        "--drain",
+        choices=("None", "both"),
+        default="both",
+        help="the change with drain None (and the quiet window), then again with Cordon",
     )
     parser.add_argument("--settle-seconds", type=float, default=10.0)
     parser.add_argument("--quiet-seconds", type=float, default=60.0)

@@ -15,7 +15,12 @@ Shape of ``data["rollout.json"]``::
      "permitted": {"node-a": "2026-11-23T08:00:00Z", ...},   # node -> granted at
      "halted": {"reason": "NodeFailed", "message": "...", "since": "...",
                 "nodes": [{"node": "node-b", "reason": "CanaryFailed", "message": "..."}]},
-     "resumedBy": "token"}                # the resume annotation value last honoured
+     "resumedBy": "token",                # the resume annotation value last honoured
+     "draining": {"node-c": "2026-11-23T08:00:00Z"}}  # node -> drain began (absent: none)
+
+``draining`` (optional, added within schema 1): nodes the operator is cordoning or
+evicting before it lets them change; they count against ``maxUnavailable`` but may not
+change yet. Left out when empty, so a rollout without drains keeps its released bytes.
 
 Schema skew (docs/architecture.md): unknown fields are ignored, so an agent reads the rollout
 of an operator one version ahead that added a field; a rollout of another ``schemaVersion``
@@ -64,11 +69,15 @@ class Rollout(_Model):
     permitted: dict[str, str] = {}
     halted: Halt | None = None
     resumed_by: str | None = None
+    draining: dict[str, str] = {}
 
 
 def dump_rollout(rollout: Rollout) -> str:
     """``rollout.json``: canonical JSON, so an unchanged rollout is an unchanged ConfigMap."""
-    return canonical_json(rollout.model_dump(by_alias=True, mode="json")).decode("utf-8")
+    document = rollout.model_dump(by_alias=True, mode="json")
+    if not rollout.draining:
+        del document["draining"]  # the bytes of a rollout without drains, as released
+    return canonical_json(document).decode("utf-8")
 
 
 def parse_rollout(text: str | None) -> Rollout | None:

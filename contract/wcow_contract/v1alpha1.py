@@ -549,6 +549,13 @@ def _check_label_value(key: str, label: str) -> None:
         raise FieldError(f"[{key}]", f"{label!r:.80}: {problem}")
 
 
+def _checked_labels(value: dict[str, str] | None) -> dict[str, str] | None:
+    for key, label in (value or {}).items():
+        _check_label_key(key)
+        _check_label_value(key, label)
+    return value
+
+
 def _node_selector_rules() -> list[JsonDict]:
     """The CRD's twin of SchedulingSpec._labels and of the arch check of the spec."""
     arch = DEFAULT_PLATFORM.split("/", 1)[1]
@@ -893,6 +900,102 @@ class ImagesSpec(_Model):
 
 MAX_UNAVAILABLE_PATTERN = r"^(100|[1-9][0-9]?)%$"
 
+Drain = Literal["None", "Cordon", "Evict"]
+# Strongest first: a node's drain when several changed profiles disagree.
+DRAIN_ORDER: Final[tuple[Drain, ...]] = ("Evict", "Cordon", "None")
+DRAIN_TIMEOUT_DEFAULT: Final = 600
+
+
+class LabelSelectorRequirement(_Model):
+    """One requirement of a label selector (meta/v1 LabelSelectorRequirement)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!(self.operator in ['In', 'NotIn']) || (has(self.values) && "
+                    "size(self.values) > 0)",
+                    "operators In and NotIn need at least one value",
+                    ".values",
+                ),
+                cel(
+                    "!(self.operator in ['Exists', 'DoesNotExist']) || !has(self.values) || "
+                    "size(self.values) == 0",
+                    "operators Exists and DoesNotExist take no values",
+                    ".values",
+                ),
+            ]
+        }
+    )
+
+    key: Annotated[
+        str,
+        StringConstraints(min_length=1, max_length=316),
+        WithJsonSchema(
+            {
+                "type": "string",
+                "maxLength": 316,
+                "pattern": QUALIFIED_NAME_PATTERN,
+                "x-kubernetes-validations": [_SHORT_LABEL_PREFIX],
+            }
+        ),
+    ]
+    """The label key."""
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    """In and NotIn need values; Exists and DoesNotExist take none."""
+    values: Annotated[list[LabelValue], Field(max_length=MAX_LIST)] | None = None
+    """The values for In and NotIn."""
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        _check_label_key(value)
+        return value
+
+    @model_validator(mode="after")
+    def _values(self) -> Self:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise FieldError(".values", f"operator {self.operator} needs at least one value")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise FieldError(".values", f"operator {self.operator} takes no values")
+        return self
+
+
+class LabelSelector(_Model):
+    """A label selector (meta/v1 LabelSelector): every requirement must hold; empty selects
+    every pod."""
+
+    match_labels: (
+        Annotated[
+            dict[str, LabelValue],
+            Field(
+                max_length=MAX_LIST,
+                json_schema_extra={
+                    "x-kubernetes-validations": [
+                        cel(
+                            f"self.all(k, k.matches('{QUALIFIED_NAME_PATTERN}') && "
+                            f"!k.matches('{QUALIFIED_NAME_LONG_PREFIX}'))",
+                            "label keys are [prefix/]name: a DNS subdomain prefix of at most "
+                            f"{DNS1123_SUBDOMAIN_MAX} characters, a name of at most 63",
+                        )
+                    ]
+                },
+            ),
+            BeforeValidator(without_nulls),
+        ]
+        | None
+    ) = None
+    """Labels a pod must carry with exactly these values."""
+    match_expressions: (
+        Annotated[list[LabelSelectorRequirement], Field(max_length=MAX_LIST)] | None
+    ) = None
+    """Further requirements on a pod's labels."""
+
+    @field_validator("match_labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return _checked_labels(value)
+
 
 class RolloutSpec(_Model):
     """How a change of this profile's handler reaches the nodes."""
@@ -931,6 +1034,22 @@ class RolloutSpec(_Model):
         if isinstance(value, str) and not re.fullmatch(MAX_UNAVAILABLE_PATTERN, value):
             raise ValueError(f"must be a count or a percentage from 1% to 100%, got {value!r}")
         return value
+
+    drain: Drain | None = None
+    """What happens to a node's pods before its containerd restarts for a change of this
+    profile: None (they keep running; see the README's drain section for what a restart
+    does to them), Cordon (no new pods are scheduled to the node while it applies; it is
+    uncordoned after, also after a failure), or Evict (cordon, then evict this class's pods
+    through the Eviction API, honouring PodDisruptionBudgets, and wait until they are gone).
+    Default: the operator's --drain. When one node takes changes of several profiles, the
+    strongest wins (Evict, then Cordon, then None)."""
+    drain_timeout_seconds: Annotated[int, Field(ge=30, le=86400)] | None = None
+    """With Evict: how long a node's pods may take to leave (an eviction refused by a
+    PodDisruptionBudget is retried until then); past it the node fails its turn with reason
+    DrainTimeout and the rollout halts. Default 600."""
+    evict_pod_selector: LabelSelector | None = None
+    """With Evict: only pods of this class whose labels match are evicted (others keep
+    running through the restart). Omitted: every pod of the class on the node."""
 
 
 def _build_pin_rule() -> JsonDict:
@@ -1205,10 +1324,7 @@ class ObjectMeta(_Model):
     @field_validator("labels")
     @classmethod
     def _labels(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        for key, label in (value or {}).items():
-            _check_label_key(key)
-            _check_label_value(key, label)
-        return value
+        return _checked_labels(value)
 
     @field_validator("annotations")
     @classmethod

@@ -262,6 +262,7 @@ def reconcile_settings(settings: OperatorSettings) -> ReconcileSettings:
         require_node_gating=settings.require_node_gating,
         max_unavailable=settings.max_unavailable,
         rollout_timeout=timedelta(seconds=settings.rollout_timeout_seconds),
+        drain=settings.drain,
     )
 
 

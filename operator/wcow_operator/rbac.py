@@ -31,7 +31,14 @@ OPERATOR_CLUSTER_RULES: Final[list[Rule]] = [
         "resources": ["runtimeclasses"],
         "verbs": ["list", "watch", "create", "update", "delete"],
     },
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
+    # Nodes: watched (metadata); get and patch only to cordon and uncordon before a restart
+    # (spec.rollout.drain; a ValidatingAdmissionPolicy holds the patch to spec.unschedulable
+    # and the operator's own runtime.wcow.dev/cordoned-by annotation).
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch", "get", "patch"]},
+    # With drain Evict: the pods bound to a draining node (a field-selected list) and their
+    # eviction (policy/v1, so PodDisruptionBudgets are honoured; never a delete).
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
     # Events about cluster-scoped objects must be in "default"; create only.
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     {

@@ -10,10 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wcow_contract.v1alpha1 import Drain
+
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(
     r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 )
+DRAINS: tuple[Drain, ...] = ("None", "Cordon", "Evict")
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -46,6 +49,7 @@ class OperatorSettings:
     workers: int = 8
     max_unavailable: int | str = "10%"
     rollout_timeout_seconds: float = 900.0
+    drain: Drain = "None"
     webhook_port: int = 0  # 0: no admission webhook
     webhook_service: str = ""
     webhook_url: str = ""
@@ -116,6 +120,13 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         help="a node with permission and no result for this long fails the rollout "
         "(env WCOW_ROLLOUT_TIMEOUT_SECONDS, default 900)",
+    )
+    parser.add_argument(
+        "--drain",
+        choices=DRAINS,
+        help="what happens to a node's pods before its containerd restarts for a change, for "
+        "profiles whose spec.rollout.drain says nothing: None, Cordon or Evict "
+        "(env WCOW_DRAIN, default None; README 'Drain before a restart')",
     )
     parser.add_argument(
         "--webhook-port",
@@ -209,6 +220,10 @@ def parse_settings(
     gating = args.require_node_gating
     if gating is None:
         gating = _flag(env, "WCOW_REQUIRE_NODE_GATING")
+    wanted = args.drain or env.get("WCOW_DRAIN") or defaults.drain
+    drain = next((d for d in DRAINS if d == wanted), None)
+    if drain is None:
+        raise SettingsError(f"WCOW_DRAIN must be one of {', '.join(DRAINS)}, not {wanted!r}")
     webhook = _webhook_settings(args, env, namespace)
     return OperatorSettings(
         **webhook,
@@ -222,6 +237,7 @@ def parse_settings(
         log_level=args.log_level or env.get("WCOW_LOG_LEVEL") or defaults.log_level,
         max_unavailable=max_unavailable,
         rollout_timeout_seconds=rollout_timeout,
+        drain=drain,
         images=image_settings(args, env),
     )
 

@@ -56,5 +56,15 @@ def test_the_operator_cannot_touch_secrets_or_pods() -> None:
     every = rbac.OPERATOR_CLUSTER_RULES + rbac.OPERATOR_NAMESPACE_RULES
     for resource in ("secrets", "pods", "serviceaccounts", "clusterroles"):
         for verb in ("get", "list", "create", "patch", "delete"):
+            if (resource, verb) == ("pods", "list"):
+                continue  # drain Evict: the pods bound to a draining node (below)
             assert not rbac.allows(every, "", resource, verb)
+    # Pods are only listed and evicted (policy/v1, honouring PodDisruptionBudgets): never
+    # deleted, changed or created; Nodes are patched only to cordon (an admission policy
+    # holds the patch to spec.unschedulable and the cordon annotation).
+    assert rbac.allows(every, "", "pods/eviction", "create")
+    assert not rbac.allows(every, "", "pods/eviction", "get")
+    assert rbac.allows(every, "", "nodes", "patch")
+    for verb in ("create", "update", "delete"):
+        assert not rbac.allows(every, "", "nodes", verb)
     assert not any("*" in rule["verbs"] or "*" in rule["resources"] for rule in every)

@@ -196,7 +196,8 @@ def test_defaults_install_the_operator_the_agent_and_their_guard() -> None:
             "PodDisruptionBudget",
             # the policies that hold the operator to its own RuntimeClasses and to its
             # finalizer on profiles, the plan to the operator, and both programs' events to
-            # default and their own objects
+            # default and their own objects, and the operator's Node patches to a cordon
+            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
@@ -213,6 +214,7 @@ GUARDS = {
     f"{OPERATOR}-runtimeclass-guard",
     f"{OPERATOR}-profile-guard",
     f"{RELEASE}-plan-writers",
+    f"{OPERATOR}-node-cordon",
     f"{RELEASE}-events",
 }
 

@@ -299,7 +299,24 @@ spec = objects(
                 "maxUnavailable": field(
                     st.sampled_from([1, 3, "10%", "100%", "1%"]),
                     st.sampled_from([0, -1, "0%", "101%", "1", "5", 1.0, "10.5%"]),
-                )
+                ),
+                "drain": names_of("None", "Cordon", "Evict"),
+                "drainTimeoutSeconds": integers(30, 86400),
+                "evictPodSelector": objects(
+                    {},
+                    {
+                        "matchLabels": maps(label_keys, label_values),
+                        "matchExpressions": lists(
+                            objects(
+                                {
+                                    "key": label_keys,
+                                    "operator": names_of("In", "NotIn", "Exists", "DoesNotExist"),
+                                },
+                                {"values": lists(label_values)},
+                            )
+                        ),
+                    },
+                ),
             },
         ),
     },

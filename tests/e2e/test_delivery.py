@@ -47,6 +47,7 @@ from wcow_contract.plan import PLAN_CONFIGMAP
 from wcow_contract.rollout import ROLLOUT_CONFIGMAP
 from wcow_contract.v1alpha1 import READY_LABEL_PREFIX
 from wcow_operator import rbac
+from wcow_operator.reconcile.drain import CORDONED_BY, CORDONED_BY_VALUE
 from wcow_operator.render.runtimeclass import render_runtime_class
 
 pytestmark = pytest.mark.e2e
@@ -536,6 +537,61 @@ def test_policy_holds_the_agent_to_its_own_node_and_keys(
     # Still allowed: its own keys on its own Node.
     agent.patch_node(own, _label(ready, "ready"))
     agent.patch_node(own, _label(ready, None))
+    refused(
+        "the operator's cordon annotation on its own Node",
+        lambda: agent.patch_node(own, _annotation(CORDONED_BY, CORDONED_BY_VALUE)),
+        f"the annotation {CORDONED_BY} is the wcow operator's",
+        undo=lambda: admin.patch_node(own, _annotation(CORDONED_BY, None)),
+        timeout=30,
+    )
+
+
+def _annotation(key: str, value: str | None) -> dict[str, Any]:
+    return {"metadata": {"annotations": {key: value}}}
+
+
+def test_the_operator_may_cordon_and_uncordon_a_node_and_nothing_else(
+    install: Install, nodes: tuple[str, str]
+) -> None:
+    """The drain before a restart: a token of the operator's ServiceAccount may set
+    spec.unschedulable and its own annotation (as ``controller.drainer`` does), nothing else
+    of a Node."""
+    if not install.policy:
+        pytest.skip("the server has no ValidatingAdmissionPolicy v1 (needs Kubernetes 1.30+)")
+    own, _ = nodes
+    operator = client.CoreV1Api(token_client(service_account_token(install, install.operator_sa)))
+    admin = client.CoreV1Api(install.admin)
+    cordon = {**_annotation(CORDONED_BY, CORDONED_BY_VALUE), "spec": {"unschedulable": True}}
+    for what, patch, undo, expect in (
+        ("a label", _label("example.com/pool", "x"), _label("example.com/pool", None), "labels"),
+        (
+            "another annotation",
+            _annotation(AGENT_STATUS_ANNOTATION, "{}"),
+            _annotation(AGENT_STATUS_ANNOTATION, None),
+            f"only the annotation {CORDONED_BY}",
+        ),
+        (
+            "a taint",
+            {"spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}},
+            {"spec": {"taints": None}},
+            "only unschedulable",
+        ),
+    ):
+        refused(
+            f"the operator setting {what} on a Node",
+            lambda patch=patch: operator.patch_node(own, patch),
+            expect,
+            undo=lambda undo=undo: admin.patch_node(own, undo),
+            timeout=30,
+        )
+    operator.patch_node(own, cordon)
+    body = admin.read_node(own)
+    assert body.spec.unschedulable is True
+    assert (body.metadata.annotations or {}).get(CORDONED_BY) == CORDONED_BY_VALUE
+    operator.patch_node(own, {**_annotation(CORDONED_BY, None), "spec": {"unschedulable": None}})
+    body = admin.read_node(own)
+    assert not body.spec.unschedulable
+    assert CORDONED_BY not in (body.metadata.annotations or {})
 
 
 def _set_taints(taints: list[dict[str, str]]) -> list[dict[str, Any]]:

@@ -3,7 +3,8 @@
 A reconcile pass reads this cache, never the API server: the API server sees the watches
 and the operator's writes, not periodic lists. Four kinds are kept, each only with what the
 controller reads: profiles and RuntimeClasses whole (they are small), the plan ConfigMap,
-and of each Windows Node its ready labels, its kubelet's build label and its agent's report,
+and of each Windows Node its ready labels, its kubelet's build label, its agent's report
+and whether the operator cordoned it,
 parsed once when the node changes (so a pass costs no JSON parsing per node and profile).
 
 Read your own writes: the controller records each object it wrote (the API server's answer)
@@ -20,6 +21,7 @@ from typing import Any, Literal
 from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_contract.v1alpha1 import READY_LABEL_PREFIX
 from wcow_contract.windows_builds import WINDOWS_BUILD_LABEL
+from wcow_operator.reconcile.drain import CORDONED_BY, CORDONED_BY_VALUE
 from wcow_operator.reconcile.model import Observed, ObservedNode, ObservedProfile
 from wcow_operator.reconcile.nodes import Contribution, NodeTally, contribution
 from wcow_operator.reconcile.rollout import NodeReport
@@ -47,12 +49,13 @@ def observed_node(obj: dict[str, Any]) -> ObservedNode:
     """A Node (full or metadata only) as the controller reads it."""
     metadata = obj.get("metadata") or {}
     labels = metadata.get("labels") or {}
-    raw = (metadata.get("annotations") or {}).get(AGENT_STATUS_ANNOTATION)
+    annotations = metadata.get("annotations") or {}
     return ObservedNode(
         name=str(metadata.get("name", "")),
         labels={k: v for k, v in labels.items() if k.startswith(READY_LABEL_PREFIX)},
-        agent_status=raw,
+        agent_status=annotations.get(AGENT_STATUS_ANNOTATION),
         build=labels.get(WINDOWS_BUILD_LABEL),
+        cordoned=annotations.get(CORDONED_BY) == CORDONED_BY_VALUE,
     )
 
 
@@ -67,7 +70,9 @@ def kept(kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
             "name": metadata.get("name"),
             "resourceVersion": metadata.get("resourceVersion"),
             "labels": _read_labels(metadata.get("labels") or {}),
-            "annotations": {k: v for k, v in annotations.items() if k == AGENT_STATUS_ANNOTATION},
+            "annotations": {
+                k: v for k, v in annotations.items() if k in (AGENT_STATUS_ANNOTATION, CORDONED_BY)
+            },
         }
         return {"metadata": slim}
     if "managedFields" not in metadata:
@@ -163,6 +168,7 @@ class ClusterCache:
                 for name, (_, part) in self._nodes.items()
                 if part.report is not None
             }
+            cordoned = frozenset(name for name, (node, _) in self._nodes.items() if node.cordoned)
         return Observed(
             profiles=profiles,
             runtime_classes=runtime_classes,
@@ -172,6 +178,7 @@ class ClusterCache:
             tally=tally,
             rollout_config_map=rollout,
             reports=reports,
+            cordoned=cordoned,
         )
 
     def profile_bodies(self) -> list[dict[str, Any]]:

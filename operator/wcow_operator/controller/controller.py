@@ -23,6 +23,7 @@ from wcow_contract.text import printable
 from wcow_contract.v1alpha1 import API_VERSION, KIND
 from wcow_operator.controller.api import ApiError, ClusterApi
 from wcow_operator.controller.cache import ClusterCache, Kind
+from wcow_operator.controller.drainer import Drainer
 from wcow_operator.controller.metrics import Metrics
 from wcow_operator.reconcile.core import (
     ReconcileSettings,
@@ -54,6 +55,8 @@ class PassReport:
     writes: int = 0
     errors: list[str] = field(default_factory=list)
     plan_written: bool = False
+    # A drain is done or under way: the next pass in this many seconds (None: no drain).
+    again_in: float | None = None
 
 
 class Controller:
@@ -78,6 +81,9 @@ class Controller:
         # One pool for every pass: a phase's writes go out in parallel (they are independent
         # by construction), the phases one after another. Its threads idle between passes.
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="writer")
+        self.drainer = Drainer(
+            api, metrics, lambda node: cache.wrote("nodes", node), self._post_node_event
+        )
 
     def close(self) -> None:
         """Let the writes in flight finish; no pass may run after."""
@@ -87,7 +93,7 @@ class Controller:
         """The cluster as the watches last showed it (no API request)."""
         observed = self.cache.observe(PLAN_CONFIGMAP, ROLLOUT_CONFIGMAP)
         plan = _read_plan(observed.plan_config_map) if observed.plan_config_map else None
-        return dataclasses.replace(observed, plan=plan)
+        return dataclasses.replace(observed, plan=plan, drains=dict(self.drainer.progress))
 
     def run_pass(self) -> PassReport:
         started = time.monotonic()
@@ -101,6 +107,7 @@ class Controller:
             report.errors.append(f"reconcile failed: {error!r}")
         else:
             self._execute(outcome, report)
+            self._drain(outcome, report)
             self._record(outcome, report)
         self.metrics.duration.observe(time.monotonic() - started)
         self.metrics.reconciles.labels(result="error" if report.errors else "success").inc()
@@ -156,6 +163,13 @@ class Controller:
         for note in outcome.events:
             if note.after is None or note.after in done:
                 self._post_event(note)
+
+    def _drain(self, outcome: Outcome, report: PassReport) -> None:
+        """Drain and uncordon as the pass decided, once the rollout that records the
+        draining nodes is written (a failed write: the next pass decides again)."""
+        if outcome.drain is None or any(e.startswith("write-rollout") for e in report.errors):
+            return
+        report.again_in = self.drainer.run(outcome.drain, self._pool)
 
     def _with_failures(self, batch: list[Write], failed_rc: dict[str, Exception]) -> list[Write]:
         """Status patches that tell the truth when this pass's RuntimeClass write failed; a
@@ -235,23 +249,29 @@ class Controller:
                 patched = self.api.patch_profile_status(write.target, {"status": status})
                 self.cache.wrote("profiles", patched)
 
+    def _post_node_event(self, node: str, type_: str, reason: str, message: str) -> None:
+        """An Event about a Node the drainer cordoned, evicted from or uncordoned."""
+        involved = {"apiVersion": "v1", "kind": "Node", "name": node}
+        self._create_event(node, involved, type_, reason, message)
+
     def _post_event(self, note: EventNote) -> None:
+        involved = {"apiVersion": API_VERSION, "kind": KIND, "name": note.profile, "uid": note.uid}
+        self._create_event(note.profile, involved, note.type, note.reason, note.message)
+
+    def _create_event(
+        self, name: str, involved: dict[str, str], type_: str, reason: str, message: str
+    ) -> None:
         now = timestamp(self.clock())
         body = {
             "apiVersion": "v1",
             "kind": "Event",
             # The API server requires events about cluster-scoped objects to live in
             # "default" (as client-go's recorder and kopf post them).
-            "metadata": {"generateName": f"{note.profile}.", "namespace": EVENT_NAMESPACE},
-            "involvedObject": {
-                "apiVersion": API_VERSION,
-                "kind": KIND,
-                "name": note.profile,
-                "uid": note.uid,
-            },
-            "type": note.type,
-            "reason": note.reason,
-            "message": note.message[:1024],
+            "metadata": {"generateName": f"{name}.", "namespace": EVENT_NAMESPACE},
+            "involvedObject": involved,
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
             "source": {"component": "wcow-operator"},
             "reportingComponent": "wcow-operator",
             "reportingInstance": self.instance[:128],
@@ -262,7 +282,7 @@ class Controller:
         try:
             self.api.create_event(EVENT_NAMESPACE, body)
         except ApiError as error:  # events are best effort
-            log.warning("could not post event %s for %s: %s", note.reason, note.profile, error)
+            log.warning("could not post event %s for %s: %s", reason, name, error)
 
     # -- metrics -------------------------------------------------------------------------
 
@@ -285,12 +305,14 @@ class Controller:
         self.metrics.plan_handlers.set(len(outcome.plan["handlers"]))
         if outcome.rollout is not None:
             progress = outcome.rollout
+            draining = len(outcome.drain.drain) if outcome.drain is not None else 0
             waiting = progress.total - progress.done - progress.applying - progress.failed
             for state, count in (
                 ("updated", progress.done),
+                ("draining", draining),
                 ("applying", progress.applying),
                 ("failed", progress.failed),
-                ("waiting", max(waiting, 0)),
+                ("waiting", max(waiting - draining, 0)),
             ):
                 self.metrics.rollout_nodes.labels(state=state).set(count)
             self.metrics.rollout_halted.set(1 if progress.halted is not None else 0)
@@ -426,4 +448,6 @@ class Runner:
                 wait = 0.0
             else:
                 self.last_pass_ok = time.monotonic()
-                wait, delays = self.resync_seconds, self.backoff.delays()
+                # While a node drains, look again soon (at once when one is drained).
+                wait = self.resync_seconds if report.again_in is None else report.again_in
+                delays = self.backoff.delays()

@@ -66,6 +66,19 @@ class Metrics:
         self.rollout_halted = Gauge(
             "wcow_rollout_halted", "1 while the current rollout is halted by a failure", registry=r
         )
+        self.drains = Counter(
+            "wcow_drains_total",
+            "Node drains before a restart, by result: drained (the node was let in) or "
+            "stopped (DrainTimeout, a halt or a new plan ended it first)",
+            ["result"],
+            registry=r,
+        )
+        self.drain_duration = Histogram(
+            "wcow_drain_duration_seconds",
+            "From a node's drain beginning to its end (drained or stopped)",
+            buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800),
+            registry=r,
+        )
         self.watch_lists = Counter(
             "wcow_watch_lists_total",
             "Full lists of a watched collection (on start, and when its watch expired)",

@@ -229,6 +229,56 @@ class KubernetesApi(ClusterApi):
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
         self._rest("create", "events", "POST", f"/api/v1/namespaces/{namespace}/events", body)
 
+    # -- drain before a restart (reconcile.drain) ----------------------------------------
+
+    @uses(("", "nodes", "get", "cluster", None))
+    def get_node(self, name: str) -> dict[str, Any]:
+        path = f"/api/v1/nodes/{name}"
+        result: dict[str, Any] = self._call(
+            "get", "nodes", lambda: self._transport.json("GET", path)
+        )
+        return result
+
+    @uses(("", "nodes", "patch", "cluster", None))
+    def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self._rest("patch", "nodes", "PATCH", f"/api/v1/nodes/{name}", patch)
+
+    @uses(("", "pods", "list", "cluster", None))
+    def list_node_pods(self, node: str) -> list[dict[str, Any]]:
+        """The pods bound to ``node`` (one page: a node runs at most a few hundred)."""
+        query = [("fieldSelector", f"spec.nodeName={node}"), ("limit", str(MAX_NODE_PODS))]
+        body = self._call(
+            "list",
+            "pods",
+            lambda: self._transport.request("/api/v1/pods", query, "application/json"),
+        )
+        return list(json.loads(body.read()).get("items") or [])
+
+    @uses(("", "pods/eviction", "create", "cluster", None))
+    def evict_pod(self, namespace: str, name: str) -> str | None:
+        """Ask to evict a pod (policy/v1 Eviction, honouring its PodDisruptionBudgets).
+        None: accepted, or the pod is gone; else why it was refused (a 429: a budget that
+        allows no disruption now, in the server's words), to be asked again later."""
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}/eviction"
+        eviction = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+
+        def once() -> str | None:
+            try:
+                self._transport.json("POST", path, eviction)
+            except ApiException as error:
+                if error.status == 404:
+                    return None
+                if error.status == 429:  # a budget said no: not transient within a call
+                    return _refusal(error)
+                raise
+            return None
+
+        return self._call("create", "pods/eviction", once)
+
     def _rest(
         self, verb: str, resource: str, method: str, path: str, body: dict[str, Any]
     ) -> dict[str, Any]:
@@ -244,6 +294,21 @@ _RUNTIME_CLASSES = "/apis/node.k8s.io/v1/runtimeclasses"
 # Nodes are large (images, conditions): their watch asks for metadata only.
 _METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 _METADATA_OBJECT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+
+MAX_NODE_PODS = 1000
+
+
+def _refusal(error: ApiException) -> str:
+    """A refused eviction in the server's words: the message and its causes (a
+    PodDisruptionBudget names itself there)."""
+    try:
+        status = json.loads(error.body or "")
+    except (TypeError, ValueError):
+        return str(error.reason or error.status)
+    causes = [str(c.get("message", "")) for c in (status.get("details") or {}).get("causes") or []]
+    text = " ".join([str(status.get("message", "")), *causes]).strip()
+    return text[:512] or str(error.reason or error.status)
 
 
 def _selectors(watched: Watched) -> list[tuple[str, str]]:

@@ -35,15 +35,24 @@ from wcow_contract.rollout import (
     RESUME_ANNOTATION,
     ROLLOUT_CONFIGMAP,
     ROLLOUT_KEY,
+    Rollout,
     parse_rollout,
 )
 from wcow_contract.v1alpha1 import (
     Condition,
     ConditionStatus,
+    Drain,
     NodeCounts,
     RolloutStatus,
     WindowsRuntimeProfile,
     WindowsRuntimeProfileStatus,
+)
+from wcow_operator.reconcile.drain import (
+    DrainOrder,
+    DrainWork,
+    ProfileDrain,
+    drain_order,
+    to_uncordon,
 )
 from wcow_operator.reconcile.health import reconciling_and_stalled
 from wcow_operator.reconcile.model import (
@@ -55,7 +64,7 @@ from wcow_operator.reconcile.model import (
     Write,
 )
 from wcow_operator.reconcile.nodes import HandlerNeeds, NodeSummary, NodeTally, describe
-from wcow_operator.reconcile.rollout import Progress, decide, parse_max_unavailable
+from wcow_operator.reconcile.rollout import Progress, decide, node_state, parse_max_unavailable
 from wcow_operator.render.configmaps import plan_config_map, rollout_config_map
 from wcow_operator.render.runtimeclass import (
     MANAGED_BY,
@@ -74,6 +83,7 @@ class ReconcileSettings:
     require_node_gating: bool = False
     max_unavailable: int | str = "10%"  # the default of profiles that do not set it
     rollout_timeout: timedelta = timedelta(seconds=900)
+    drain: Drain = "None"  # the default of profiles that do not set spec.rollout.drain
     plan_warn_bytes: int = CONFIGMAP_LIMIT // 2
     plan_max_bytes: int = CONFIGMAP_LIMIT * 9 // 10
 
@@ -575,9 +585,9 @@ def _rollout_writes(
     live: list[_Profile],
     settings: ReconcileSettings,
     now: datetime,
-) -> tuple[list[Write], Progress]:
-    """Who may change to ``plan`` now (see ``reconcile.rollout``), and the write if that
-    differs from the rollout ConfigMap."""
+) -> tuple[list[Write], Progress, DrainWork]:
+    """Who may change to ``plan`` now (see ``reconcile.rollout``), the write if that
+    differs from the rollout ConfigMap, and the drainer's work."""
     reports = observed.reports
     if reports is None:
         reports = NodeTally.reports(observed.nodes)
@@ -610,13 +620,57 @@ def _rollout_writes(
         resume_key=";".join(resume),
         now=now,
         timeout=settings.rollout_timeout,
+        drain=lambda changed: _drain_order(live, changed, settings.drain),
+        drains=observed.drains,
+    )
+    work = _drain_work(
+        rollout, observed, plan, _drain_order(live, progress.changed, settings.drain)
     )
     if rollout == current:
-        return [], progress
+        return [], progress, work
     body = rollout_config_map(rollout, settings.namespace)
-    return [
-        Write("write-rollout", ROLLOUT_CONFIGMAP, body, observed=config_map, after_plan=True)
-    ], (progress)
+    return (
+        [Write("write-rollout", ROLLOUT_CONFIGMAP, body, observed=config_map, after_plan=True)],
+        progress,
+        work,
+    )
+
+
+def _drain_order(live: list[_Profile], changed: frozenset[str], default: Drain) -> DrainOrder:
+    """How nodes are drained for a change of these handlers: each changed profile's
+    spec.rollout (the operator's --drain where it says nothing, and for the handlers of
+    deleted profiles); see ``reconcile.drain``."""
+    return drain_order(
+        (
+            ProfileDrain(
+                runtime_class=state.name,  # the RuntimeClass is named after its profile
+                mode=state.model.spec.rollout.drain if state.model else None,
+                timeout_seconds=state.model.spec.rollout.drain_timeout_seconds
+                if state.model
+                else None,
+                selector=state.model.spec.rollout.evict_pod_selector if state.model else None,
+            )
+            for state in live
+            if state.claimed_handler in changed
+        ),
+        default,
+        unclaimed=bool(changed - {state.claimed_handler for state in live}),
+    )
+
+
+def _drain_work(
+    rollout: Rollout, observed: Observed, plan: dict[str, Any], order: DrainOrder
+) -> DrainWork:
+    """The nodes to drain now, and those the operator cordoned that no longer need it."""
+    reports = observed.reports or {}
+    changed = frozenset(rollout.changed_handlers)
+    uncordon = to_uncordon(
+        observed.cordoned,
+        rollout.draining,
+        rollout.permitted,
+        lambda n: n in reports and node_state(reports[n], plan, changed) in ("waiting", "applying"),
+    )
+    return DrainWork(order=order, drain=tuple(rollout.draining), uncordon=tuple(uncordon))
 
 
 def _rollout_status(
@@ -737,7 +791,7 @@ def reconcile(observed: Observed, settings: ReconcileSettings, now: datetime) ->
     statuses: dict[str, dict[str, Any]] = {}
     writes = _live_writes(live, conflicts, observed, events)
     writes += _plan_writes(fitted, observed, settings.namespace)
-    rollout_writes, progress = _rollout_writes(plan, observed, live, settings, now)
+    rollout_writes, progress, drain = _rollout_writes(plan, observed, live, settings, now)
     writes += rollout_writes
     writes += _deletion_writes(observed)
     writes += _status_writes(live, observed, now, statuses, events, progress=progress, plan=plan)
@@ -748,4 +802,5 @@ def reconcile(observed: Observed, settings: ReconcileSettings, now: datetime) ->
         plan=plan,
         plan_bytes=_compact(plan),
         rollout=progress,
+        drain=drain,
     )

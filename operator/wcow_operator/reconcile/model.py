@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from wcow_operator.reconcile.drain import DrainProgress, DrainWork
     from wcow_operator.reconcile.nodes import NodeTally
     from wcow_operator.reconcile.rollout import NodeReport, Progress
 
@@ -62,6 +63,7 @@ class ObservedNode:
     labels: dict[str, str]  # the runtime.wcow.dev/ ready labels
     agent_status: str | None  # the raw runtime.wcow.dev/agent-status annotation
     build: str | None = None  # the kubelet's node.kubernetes.io/windows-build label
+    cordoned: bool = False  # carries the operator's cordon annotation (reconcile.drain)
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,10 @@ class Observed:
     rollout_config_map: dict[str, Any] | None = None  # the raw rollout ConfigMap
     # The nodes' plan reports by node name (the cache's); None: read from ``nodes``.
     reports: Mapping[str, NodeReport] | None = None
+    # Nodes carrying the operator's cordon annotation (reconcile.drain.CORDONED_BY).
+    cordoned: frozenset[str] = frozenset()
+    # What the drainer last found on each draining node (the controller's memory).
+    drains: Mapping[str, DrainProgress] | None = None
 
 
 WriteKind = Literal[
@@ -134,3 +140,4 @@ class Outcome:
     plan: dict[str, Any]
     plan_bytes: int
     rollout: Progress | None = None
+    drain: DrainWork | None = None  # the drainer's work after this pass

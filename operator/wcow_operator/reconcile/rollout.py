@@ -21,6 +21,7 @@ from typing import Any, Literal
 from wcow_contract.conditions import timestamp
 from wcow_contract.rollout import Halt, Rollout
 from wcow_contract.v1alpha1 import NodeFailure
+from wcow_operator.reconcile import drain as draining_
 
 NodeState = Literal["done", "applying", "failed", "waiting"]
 MAX_LISTED = 5
@@ -116,8 +117,10 @@ def decide(
     resume_key: str,
     now: datetime,
     timeout: timedelta,
+    drain: Callable[[frozenset[str]], draining_.DrainOrder] | None = None,
+    drains: Mapping[str, draining_.DrainProgress] | None = None,
 ) -> tuple[Rollout, Progress]:
-    """The rollout for ``plan`` after this pass, and where it stands."""
+    """The rollout for ``plan`` after this pass, and where it stands (``reconcile.drain``)."""
     plan_hash = str(plan["hash"])
     if current is None or current.plan_hash != plan_hash:
         current = _start(plan, previous_plan, current, len(reports), resume_key)
@@ -130,17 +133,13 @@ def decide(
         halted = None
 
     states, failures = _node_states(reports, plan, changed, permitted, now=now, timeout=timeout)
+    turn = draining_.Turn(drain(changed) if drain and halted is None else None, drains or {}, now)
+    draining, failures = turn.settle(current.draining, reports, permitted, failures)
     if failures and halted is None:
-        names = ", ".join(f"{f.node} ({f.reason})" for f in failures[:MAX_LISTED])
-        halted = Halt(
-            reason="NodeFailed",
-            message=f"stopped after a node failed the change: {names}",
-            since=timestamp(now),
-            nodes=failures[:MAX_LISTED],
-        )
+        halted = _halt(failures, now)
     limit = max_unavailable(changed)
     if halted is None:
-        _permit(states, permitted, limit, now)
+        turn.admit(permitted, draining, lambda granted: _permit(states, granted, limit, now))
     rollout = Rollout(
         plan_hash=plan_hash,
         changed_handlers=sorted(changed),
@@ -148,6 +147,7 @@ def decide(
         permitted=dict(sorted(permitted.items())),
         halted=halted,
         resumed_by=resume_key,
+        draining=dict(sorted(draining.items())) if halted is None else {},  # halted: let go
     )
     counts = {s: sum(1 for v in states.values() if v == s) for s in ("done", "failed")}
     progress = Progress(
@@ -161,6 +161,19 @@ def decide(
         failures=failures[:MAX_LISTED],
     )
     return rollout, progress
+
+
+def _halt(failures: list[NodeFailure], now: datetime) -> Halt:
+    names = ", ".join(f"{f.node} ({f.reason})" for f in failures[:MAX_LISTED])
+    first = failures[0]  # its own words: a failed canary's error, the pods a drain waited on
+    return Halt(
+        reason="NodeFailed",
+        # At most 400 of its words, so the status still has room for how to resume.
+        message=f"stopped after a node failed the change: {names}; {first.node}: "
+        f"{first.message[:400]}",
+        since=timestamp(now),
+        nodes=failures[:MAX_LISTED],
+    )
 
 
 def _node_states(
