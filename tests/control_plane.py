@@ -168,7 +168,13 @@ class ControlPlane:
     etcd_port: int = field(default_factory=free_port)
     etcd_peer_port: int = field(default_factory=free_port)
     apiserver_port: int = field(default_factory=free_port)
+    # kube-apiserver's --etcd-compaction-interval (its default: 5m); the fault tests shorten
+    # it so watches resuming from an old resourceVersion get 410 Gone.
+    compaction_interval: str | None = None
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # Each process's command line, kept so a fault test can restart it on the same ports,
+    # certificates and data directory (``kill`` then ``restart``).
+    commands: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def kubeconfig(self) -> Path:
@@ -219,8 +225,27 @@ class ControlPlane:
         with contextlib.suppress(FileNotFoundError):
             (self.workdir / "pids").unlink()
 
-    def _spawn(self, name: str, args: list[str]) -> None:
-        with self.log(name).open("wb") as log:
+    def kill(self, name: str) -> None:
+        """SIGKILL one process (``etcd``, ``kube-apiserver``): a crash, no shutdown."""
+        process = self.processes.pop(name)
+        process.kill()
+        process.wait(timeout=30)
+
+    def restart(self, name: str, timeout: float = 120) -> float:
+        """Start a killed process again with the same command line (same ports, certificates,
+        data directory); return the seconds until it answered its health check."""
+        started = time.monotonic()
+        self._spawn(name, self.commands[name], append=True)
+        certs = Certificates(self.workdir / "pki")
+        if name == "etcd":
+            self._wait_http(f"http://{LOOPBACK}:{self.etcd_port}/health", name, timeout)
+        elif name == "kube-apiserver":
+            self._wait_http(f"{self.server}/readyz", name, timeout, certs)
+        return time.monotonic() - started
+
+    def _spawn(self, name: str, args: list[str], *, append: bool = False) -> None:
+        self.commands[name] = args
+        with self.log(name).open("ab" if append else "wb") as log:
             self.processes[name] = subprocess.Popen(
                 [str(self.bin_dir / name), *args],
                 stdout=log,
@@ -270,6 +295,11 @@ class ControlPlane:
             "--enable-aggregator-routing=true",
             "--enable-priority-and-fairness=true",
             "--profiling=false",
+            *(
+                [f"--etcd-compaction-interval={self.compaction_interval}"]
+                if self.compaction_interval
+                else []
+            ),
             "--v=1",
         ]
 
@@ -373,8 +403,8 @@ class ControlPlane:
 
 
 @contextlib.contextmanager
-def running(workdir: Path) -> Iterator[ControlPlane]:
-    plane = ControlPlane(workdir)
+def running(workdir: Path, compaction_interval: str | None = None) -> Iterator[ControlPlane]:
+    plane = ControlPlane(workdir, compaction_interval=compaction_interval)
     plane.start()
     try:
         yield plane
