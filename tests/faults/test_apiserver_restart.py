@@ -36,6 +36,7 @@ from tests.e2e.operator_harness import (
     wait_for,
     windows_pod,
 )
+from tests.faults.conftest import UNCLOSED_ON_KILL
 from tests.fleet.harness import View, running_fleet, running_operator
 from tests.fleet.paced import (
     MEMORY,
@@ -52,7 +53,7 @@ from tests.fleet.paced import (
 from wcow_contract.hcs_annotations import ANNOTATION_PROCESSOR_COUNT
 from wcow_operator.render.webhooks import WEBHOOK_CONFIGURATION
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, *UNCLOSED_ON_KILL]
 
 NODES = 8
 LIMIT = 2
@@ -157,6 +158,24 @@ class Burst:
             self.refused.append((time.time(), reason))
 
 
+def _refused(core: client.CoreV1Api, ns: str, body: dict[str, Any]) -> str:
+    try:
+        core.create_namespaced_pod(ns, body, _request_timeout=15)
+    except ApiException as error:
+        return str(error.body)
+    raise AssertionError(f"pod {body['metadata']['name']} admitted with no webhook to judge it")
+
+
+def _admitted(core: client.CoreV1Api, ns: str, body: dict[str, Any]) -> Any:
+    """The pod once created (None while refused)."""
+    try:
+        return core.create_namespaced_pod(ns, body, _request_timeout=15)
+    except ApiException as error:
+        if "failed calling webhook" in str(error.body):
+            return None
+        raise
+
+
 def _threads(burst: Burst, count: int) -> list[threading.Thread]:
     threads = [threading.Thread(target=burst.run, args=(i,), daemon=True) for i in range(count)]
     for thread in threads:
@@ -233,8 +252,34 @@ def test_apiserver_killed_during_a_burst_of_pods_nothing_admitted_unjudged(
         )
         assert pod.metadata.annotations[ANNOTATION_PROCESSOR_COUNT] == "4"
         assert operator.process.poll() is None
+
+        # No replica to judge: pods of the wcow classes are refused (failurePolicy Fail),
+        # other pods pass; a new replica admits them again.
+        operator.process.kill()
+        operator.process.wait(timeout=10)
+        for number in range(3):
+            refusal = _refused(core, pods_ns, windows_pod(f"alone-{number}", sized))
+            assert "failed calling webhook" in refusal, refusal
+        assert core.create_namespaced_pod(pods_ns, windows_pod("plain", None)).metadata.uid
+        alone = time.time()
+        with running_operator(plane.kubeconfig, operator_ns, tmp_path / "second.log", *webhook):
+            sized_pod = windows_pod("again", sized, limits={"cpu": "2", "memory": "1Gi"})
+            again = wait_for(
+                "a wcow pod admitted by the new replica",
+                lambda: _admitted(core, pods_ns, sized_pod),
+                timeout=60,
+            )
+            assert again.metadata.annotations[ANNOTATION_PROCESSOR_COUNT] == "2"
+            replaced = time.time() - alone
+            # Deleted while a replica runs to remove their finalizer.
+            for name in (sized, later):
+                custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+            wait_for("the profiles deleted", lambda: not custom.list_cluster_custom_object(
+                GROUP, VERSION, PLURAL)["items"])  # fmt: skip
         print(
             f"{len(burst.admitted)} pods admitted, all sized; {len(burst.refused)} creations "
             f"failed while kube-apiserver was down or starting; the first pod admitted "
-            f"{first_after - restarted:.1f} s after it was started again"
+            f"{first_after - restarted:.1f} s after it was started again; with no webhook "
+            f"replica 3/3 wcow pods refused, a plain pod admitted; a new replica admitted "
+            f"{replaced:.1f} s after its start"
         )

@@ -17,7 +17,7 @@ from typing import Any
 from wcow_contract.condition_table import CONDITIONS
 from wcow_contract.conditions import timestamp
 from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_KEY
-from wcow_contract.rollout import ROLLOUT_CONFIGMAP
+from wcow_contract.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY, parse_rollout
 from wcow_contract.support.retry import Backoff
 from wcow_contract.v1alpha1 import API_VERSION, KIND
 from wcow_operator.controller.api import ApiError, ClusterApi
@@ -37,6 +37,7 @@ from wcow_operator.reconcile.model import (
     Outcome,
     Write,
 )
+from wcow_operator.reconcile.rollout import next_timeout
 
 log = logging.getLogger(__name__)
 EVENT_NAMESPACE = "default"
@@ -50,6 +51,7 @@ class PassReport:
     writes: int = 0
     errors: list[str] = field(default_factory=list)
     plan_written: bool = False
+    wake_in: float | None = None  # seconds until a pass is due though nothing changes
 
 
 class Controller:
@@ -98,11 +100,19 @@ class Controller:
         else:
             self._execute(outcome, report)
             self._record(outcome, report)
+            report.wake_in = self._next_timeout()
         self.metrics.duration.observe(time.monotonic() - started)
         self.metrics.reconciles.labels(result="error" if report.errors else "success").inc()
         for problem in report.errors:
             log.warning("reconcile: %s", problem)
         return report
+
+    def _next_timeout(self) -> float | None:
+        """When a permission in the rollout (as written, from memory) times out."""
+        config_map = self.cache.observe(PLAN_CONFIGMAP, ROLLOUT_CONFIGMAP).rollout_config_map
+        data = (config_map or {}).get("data") or {}
+        rollout = parse_rollout(data.get(ROLLOUT_KEY))
+        return next_timeout(rollout, self.settings.rollout_timeout, self.clock())
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -353,3 +363,5 @@ class Runner:
             else:
                 self.last_pass_ok = time.monotonic()
                 wait, delays = self.resync_seconds, self.backoff.delays()
+                if report.wake_in is not None:
+                    wait = min(wait, report.wake_in)
