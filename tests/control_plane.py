@@ -50,6 +50,18 @@ BUILD_SCRIPT = ROOT / "tools" / "control-plane" / "build.sh"
 LOOPBACK = "127.0.0.1"
 
 
+def terminate(process: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM, then SIGKILL if it is still running after ``timeout`` seconds."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def missing_binaries(bin_dir: Path = BIN) -> list[str]:
     return [name for name in BINARIES if not os.access(bin_dir / name, os.X_OK)]
 
@@ -217,14 +229,7 @@ class ControlPlane:
     def stop(self) -> None:
         """Stop in reverse order of start; SIGTERM, then SIGKILL after 15 s."""
         for name in reversed(list(self.processes)):
-            process = self.processes.pop(name)
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            terminate(self.processes.pop(name), 15)
         with contextlib.suppress(FileNotFoundError):
             (self.workdir / "pids").unlink()
 
