@@ -235,8 +235,10 @@ def test_apiserver_killed_during_a_burst_of_pods_nothing_admitted_unjudged(
         first_after = min(t for t, _ in burst.admitted if t > killed)
         unjudged = [a for _, a in burst.admitted if a.get(ANNOTATION_PROCESSOR_COUNT) != "3"]
         assert not unjudged, f"admitted without the webhook's sizing: {unjudged[:3]}"
+        # Stored: also a pod whose creation was committed as the server died, its answer
+        # lost; every one sized all the same.
         stored = core.list_namespaced_pod(pods_ns).items
-        assert len(stored) == len(burst.admitted)
+        assert len(stored) >= len(burst.admitted)
         assert all(
             (p.metadata.annotations or {}).get(ANNOTATION_PROCESSOR_COUNT) == "3" for p in stored
         )
