@@ -89,7 +89,7 @@ control-plane:
 	@if [ -z "$$KUBECONFIG" ]; then tools/control-plane/build.sh; fi
 
 e2e: install control-plane registry
-	@WCOW_E2E_REQUIRED=1 $(BIN)/pytest -m e2e; rc=$$?; \
+	@WCOW_E2E_REQUIRED=1 $(BIN)/pytest -m e2e --durations=0 --durations-min=1; rc=$$?; \
 	  if [ $$rc = 5 ]; then echo "error: pytest collected no e2e tests"; fi; \
 	  exit $$rc
 

@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import datetime
 import ipaddress
+import json
 import os
 import shutil
 import signal
@@ -27,10 +28,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from cryptography import x509
@@ -45,6 +48,18 @@ RUN = CACHE / "run"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
 BUILD_SCRIPT = ROOT / "tools" / "control-plane" / "build.sh"
 LOOPBACK = "127.0.0.1"
+
+
+def terminate(process: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM, then SIGKILL if it is still running after ``timeout`` seconds."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def missing_binaries(bin_dir: Path = BIN) -> list[str]:
@@ -168,7 +183,13 @@ class ControlPlane:
     etcd_port: int = field(default_factory=free_port)
     etcd_peer_port: int = field(default_factory=free_port)
     apiserver_port: int = field(default_factory=free_port)
+    # kube-apiserver's --etcd-compaction-interval (its default: 5m); the fault tests shorten
+    # it so watches resuming from an old resourceVersion get 410 Gone.
+    compaction_interval: str | None = None
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # Each process's command line, kept so a fault test can restart it on the same ports,
+    # certificates and data directory (``kill`` then ``restart``).
+    commands: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def kubeconfig(self) -> Path:
@@ -208,19 +229,45 @@ class ControlPlane:
     def stop(self) -> None:
         """Stop in reverse order of start; SIGTERM, then SIGKILL after 15 s."""
         for name in reversed(list(self.processes)):
-            process = self.processes.pop(name)
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            terminate(self.processes.pop(name), 15)
         with contextlib.suppress(FileNotFoundError):
             (self.workdir / "pids").unlink()
 
-    def _spawn(self, name: str, args: list[str]) -> None:
-        with self.log(name).open("wb") as log:
+    def kill(self, name: str) -> None:
+        """SIGKILL one process (``etcd``, ``kube-apiserver``): a crash, no shutdown."""
+        process = self.processes.pop(name)
+        process.kill()
+        process.wait(timeout=30)
+
+    def restart(self, name: str, timeout: float = 120) -> float:
+        """Start a killed process again with the same command line (same ports, certificates,
+        data directory); return the seconds until it answered its health check."""
+        started = time.monotonic()
+        self._spawn(name, self.commands[name], append=True)
+        certs = Certificates(self.workdir / "pki")
+        if name == "etcd":
+            self._wait_http(f"http://{LOOPBACK}:{self.etcd_port}/health", name, timeout)
+        elif name == "kube-apiserver":
+            self._wait_http(f"{self.server}/readyz", name, timeout, certs)
+        return time.monotonic() - started
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision, as kube-apiserver does every
+        --etcd-compaction-interval; return that revision. Through etcd's JSON gateway to its
+        v3 API (/v3/kv/range, /v3/kv/compaction; etcd's api/etcdserverpb/rpc.proto)."""
+        base = f"http://{LOOPBACK}:{self.etcd_port}/v3/kv"
+        header = _etcd_call(f"{base}/range", {"key": "AA==", "limit": 1})["header"]
+        revision = int(header["revision"])
+        try:
+            _etcd_call(f"{base}/compaction", {"revision": revision, "physical": True})
+        except urllib.error.HTTPError as error:
+            if b"compacted" not in error.read():  # already compacted to there: done
+                raise
+        return revision
+
+    def _spawn(self, name: str, args: list[str], *, append: bool = False) -> None:
+        self.commands[name] = args
+        with self.log(name).open("ab" if append else "wb") as log:
             self.processes[name] = subprocess.Popen(
                 [str(self.bin_dir / name), *args],
                 stdout=log,
@@ -270,6 +317,11 @@ class ControlPlane:
             "--enable-aggregator-routing=true",
             "--enable-priority-and-fairness=true",
             "--profiling=false",
+            *(
+                [f"--etcd-compaction-interval={self.compaction_interval}"]
+                if self.compaction_interval
+                else []
+            ),
             "--v=1",
         ]
 
@@ -374,9 +426,17 @@ class ControlPlane:
         )
 
 
+def _etcd_call(url: str, body: dict[str, object]) -> dict[str, Any]:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return dict(json.loads(response.read()))
+
+
 @contextlib.contextmanager
-def running(workdir: Path) -> Iterator[ControlPlane]:
-    plane = ControlPlane(workdir)
+def running(workdir: Path, compaction_interval: str | None = None) -> Iterator[ControlPlane]:
+    plane = ControlPlane(workdir, compaction_interval=compaction_interval)
     plane.start()
     try:
         yield plane

@@ -25,6 +25,10 @@ from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_KEY
 from wcow_contract.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY
 
 ApiException = kubernetes.client.exceptions.ApiException
+# What a call can raise besides an answer: an error status, or no answer at all (connection
+# refused or reset while the API server restarts). Both are a ClusterError to the agent, so
+# the loop and the watch threads retry; a raw urllib3 error used to kill the watch threads.
+FAILED = (ApiException, urllib3.exceptions.HTTPError)
 
 
 def _error(action: str, error: Exception) -> ClusterError:
@@ -135,8 +139,8 @@ class KubernetesCluster:
         True when created. An existing Node that is not Windows is refused."""
         try:
             existing = self.core.read_node(name)
-        except ApiException as error:
-            if error.status != 404:
+        except FAILED as error:
+            if getattr(error, "status", None) != 404:
                 raise _error(f"reading Node {name}", error) from None
         else:
             os_label = (existing.metadata.labels or {}).get("kubernetes.io/os")
@@ -154,8 +158,8 @@ class KubernetesCluster:
         }
         try:
             self.core.create_node(body, field_manager=self.component)
-        except ApiException as error:
-            if error.status == 409:
+        except FAILED as error:
+            if getattr(error, "status", None) == 409:
                 return False
             raise _error(f"creating Node {name}", error) from None
         return True
@@ -163,8 +167,8 @@ class KubernetesCluster:
     def delete_node(self, name: str) -> None:
         try:
             self.core.delete_node(name)
-        except ApiException as error:
-            if error.status != 404:
+        except FAILED as error:
+            if getattr(error, "status", None) != 404:
                 raise _error(f"deleting Node {name}", error) from None
 
     def get_plan(self, namespace: str) -> PlanObject:
@@ -195,8 +199,8 @@ class KubernetesCluster:
         """The ConfigMap, or None when it does not exist."""
         try:
             return self.core.read_namespaced_config_map(name, namespace)
-        except ApiException as error:
-            if error.status == 404:
+        except FAILED as error:
+            if getattr(error, "status", None) == 404:
                 return None
             raise _error(f"reading ConfigMap {namespace}/{name}", error) from None
 
@@ -243,7 +247,7 @@ class KubernetesCluster:
     def get_node(self, name: str) -> NodeObject:
         try:
             node = self.core.read_node(name)
-        except ApiException as error:
+        except FAILED as error:
             raise _error(f"reading Node {name}", error) from None
         metadata = node.metadata
         return NodeObject(
@@ -284,7 +288,7 @@ class KubernetesCluster:
             return
         try:
             self.core.patch_node(name, {"metadata": metadata}, field_manager=FIELD_MANAGER)
-        except ApiException as error:
+        except FAILED as error:
             raise _error(f"patching Node {name}", error) from None
 
     def node_event(self, node: NodeObject, reason: str, message: str, warning: bool) -> None:
@@ -306,5 +310,5 @@ class KubernetesCluster:
         )
         try:
             self.core.create_namespaced_event("default", body)
-        except ApiException as error:
+        except FAILED as error:
             raise _error(f"recording an event on Node {node.name}", error) from None

@@ -135,6 +135,11 @@ class AgentLoop:
             report.event("PlanUnusable", plan_error, warning=True)
         self._last_plan_error = plan_error
         error = self._report(node, report, previous)
+        if error is not None:
+            # The Node could not be read or written (the API server restarting): try again
+            # soon, not at the next resync, or the operator waits minutes for this node's
+            # word that it applied and the rollout stalls.
+            report.requeue = True
         self._hold_for_pause_change()
         self.health.idle(ready=error is None and report.facts is not None, error=error or "")
         return report

@@ -132,6 +132,11 @@ class ClusterView:
                 log.warning("%s watch: %s (retrying in %.0f s)", what, error, delay)
                 resource_version = None
                 self.stop.wait(delay)
+            except Exception:  # a bug must not end the thread: the node would stop following
+                delay = next(delays)
+                log.exception("%s watch failed unexpectedly (retrying in %.0f s)", what, delay)
+                resource_version = None
+                self.stop.wait(delay)
 
     def permission(self) -> Permission:
         """Whether the current plan is paced, and the rollout as last seen (read once if

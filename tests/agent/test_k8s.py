@@ -4,6 +4,7 @@ it imports the client."""
 from __future__ import annotations
 
 import ast
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -301,3 +302,29 @@ def _no_default_path() -> None:
     import kubernetes
 
     raise kubernetes.config.ConfigException("Service token file does not exist.")
+
+
+def test_no_answer_from_the_api_server_is_a_cluster_error_for_every_call() -> None:
+    """While the API server restarts, connections are refused: each call must fail as a
+    ClusterError, which the loop and the watch threads retry. A raw urllib3 error ended the
+    agents' watch threads on the first restart (tests/faults found it), and they never saw
+    a rollout's permission again."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again below: nothing listens there
+    configuration = client.Configuration(host=f"https://127.0.0.1:{port}")
+    configuration.retries = 0
+    cluster = KubernetesCluster(client.CoreV1Api(client.ApiClient(configuration)))
+    node = NodeObject(name="n1", uid="u", labels={}, annotations={})
+    calls = {
+        "get_plan": lambda: cluster.get_plan("wcow-system"),
+        "get_rollout": lambda: cluster.get_rollout("wcow-system"),
+        "get_node": lambda: cluster.get_node("n1"),
+        "patch_node": lambda: cluster.patch_node("n1", {"a": "b"}, {}),
+        "node_event": lambda: cluster.node_event(node, "Applied", "m", False),
+        "register_node": lambda: cluster.register_node("n1", {}, {}, []),
+        "delete_node": lambda: cluster.delete_node("n1"),
+    }
+    for call in calls.values():
+        with pytest.raises(ClusterError, match="Connection refused"):
+            call()

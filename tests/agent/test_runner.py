@@ -397,3 +397,35 @@ def test_an_unexpected_error_in_a_cycle_does_not_stop_the_agent(
         thread.join(timeout=20)
     assert sample(loop, "wcow_agent_applies_total", result="error") == 1
     assert not thread.is_alive()
+
+
+class PatchRefused(FakeCluster):
+    """The API server goes away between the agent's read of its Node and its report."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refuse = True
+
+    def patch_node(self, name: str, labels: Any, annotations: Any) -> None:
+        if self.refuse:
+            raise ClusterError("patching Node win-1: Connection refused")
+        super().patch_node(name, labels, annotations)
+
+
+def test_a_report_the_api_server_did_not_take_is_retried_soon_not_at_the_resync(
+    node: FakeNode,
+) -> None:
+    """An apply done while the API server restarted: the report is tried again after
+    retry_seconds (the operator waits for it to let the next nodes in), not 5 minutes
+    later at the resync."""
+    cluster = PatchRefused()
+    cluster.set_plan(make_plan(hyperv()))
+    loop = make_loop(node, cluster)
+    report = loop.cycle()
+    assert report.result == "applied"
+    assert report.requeue, "a lost report waits for the resync"
+    assert loop.health.readiness()[0] is False
+    cluster.refuse = False
+    loop.cycle()
+    assert cluster.status["appliedPlanHash"] == json.loads(cluster.plan.text or "{}")["hash"]
+    assert cluster.labels["runtime.wcow.dev/hv"] == "ready"

@@ -21,6 +21,7 @@ from wcow_operator.reconcile.rollout import (
     Progress,
     changed_handlers,
     decide,
+    next_timeout,
     parse_max_unavailable,
 )
 
@@ -201,6 +202,22 @@ def test_a_node_silent_past_the_timeout_fails_the_rollout() -> None:
     _, progress = step(rollout, reports, limit=1, now=NOW + TIMEOUT + timedelta(seconds=1))
     assert progress.halted is not None
     assert progress.failures[0].reason == "RolloutTimeout"
+
+
+def test_a_pass_is_due_when_the_first_permission_times_out_not_at_the_resync() -> None:
+    """A node that hangs with its permission says nothing, so no watch event wakes the
+    operator: it schedules a pass just past the deadline (tests/faults found the halt
+    coming only at the next resync, minutes late)."""
+    reports = fleet(3)
+    rollout, _ = step(None, reports, limit=2)
+    assert next_timeout(rollout, TIMEOUT, NOW) == TIMEOUT.total_seconds() + 1
+    later = NOW + timedelta(minutes=10)
+    assert next_timeout(rollout, TIMEOUT, later) == 5 * 60 + 1
+    past = NOW + TIMEOUT + timedelta(seconds=1)
+    halted, progress = step(rollout, reports, limit=2, now=past)
+    assert progress.halted is not None
+    assert next_timeout(halted, TIMEOUT, past) is None  # halted: nothing more to time out
+    assert next_timeout(None, TIMEOUT, NOW) is None
 
 
 def test_a_deleted_node_frees_its_permission() -> None:

@@ -253,6 +253,36 @@ def until(
         raise AssertionError(f"{error}\nthe fleet:\n{explain()}") from None
 
 
+def hyperv_on_every_node(
+    operator: Operator,
+    view: View,
+    api: client.ApiClient,
+    namespace: str,
+    hv: str,
+    limit: int | None = None,
+    total: int | None = None,
+) -> str:
+    """Once every node reported: a HyperV profile ``hv`` of 2048 MB (``limit``: its
+    spec.rollout.maxUnavailable) created and on every node; the hash of its plan.
+    ``total``: as for ``reached``."""
+    operator.until(
+        "every simulated node's first report",
+        lambda: all(view.agent_status(n) is not None for n in view.names),
+    )
+    rollout = {} if limit is None else {"rollout": {"maxUnavailable": limit}}
+    vm = {"processorCount": 2, "memoryMB": 2048}
+    body = profile(hv, isolation="HyperV", windowsBuild="ltsc2022", vm=vm, **rollout)
+    client.CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+    new_plan(operator, api, namespace, None)
+    found: str = until(
+        operator,
+        f"{hv} on every node",
+        lambda: reached(view, api, namespace, hv, (MEMORY, 2048), total),
+        lambda: fleet_summary(view, api, namespace, hv),
+    )
+    return found
+
+
 def good_then_bad_change(
     api: client.ApiClient,
     kubeconfig: Path,
@@ -278,25 +308,7 @@ def good_then_bad_change(
         def explain() -> str:
             return fleet_summary(view, api, namespace, hv)
 
-        operator.until(
-            "every simulated node's first report",
-            lambda: all(view.agent_status(n) is not None for n in names),
-        )
-        body = profile(
-            hv,
-            isolation="HyperV",
-            windowsBuild="ltsc2022",
-            vm={"processorCount": 2, "memoryMB": 2048},
-            rollout={"maxUnavailable": limit},
-        )
-        client.CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
-        new_plan(operator, api, namespace, None)
-        first = until(
-            operator,
-            f"{hv} on every node",
-            lambda: reached(view, api, namespace, hv, (MEMORY, 2048)),
-            explain,
-        )
+        first = hyperv_on_every_node(operator, view, api, namespace, hv, limit)
 
         since = time.time()
         patch_spec(api, hv, {"vm": {"memoryMB": 3072}})
@@ -331,13 +343,19 @@ def good_then_bad_change(
 
 
 def reached(
-    view: View, api: client.ApiClient, namespace: str, handler: str, option: tuple[str, Any]
+    view: View,
+    api: client.ApiClient,
+    namespace: str,
+    handler: str,
+    option: tuple[str, Any],
+    total: int | None = None,
 ) -> str | None:
     """The current plan's hash once every node runs it (``every_node_on``) and the profile
     says RolledOut for it; read afresh each time, as the operator may write the plan twice
-    for one change (the finalizer, then the spec)."""
+    for one change (the finalizer, then the spec). ``total``: the nodes the profile counts
+    when some run outside the view's fleets (default: the fleets' nodes)."""
     hash_ = plan_hash(api, namespace)
-    nodes = sum(len(fleet.nodes) for fleet in view.fleets)
+    nodes = total or sum(len(fleet.nodes) for fleet in view.fleets)
     if (
         hash_
         and every_node_on(view, handler, hash_, option)

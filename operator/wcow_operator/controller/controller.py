@@ -39,6 +39,7 @@ from wcow_operator.reconcile.model import (
     Outcome,
     Write,
 )
+from wcow_operator.reconcile.rollout import next_timeout
 
 log = logging.getLogger(__name__)
 EVENT_NAMESPACE = "default"
@@ -57,6 +58,7 @@ class PassReport:
     plan_written: bool = False
     # A drain is done or under way: the next pass in this many seconds (None: no drain).
     again_in: float | None = None
+    wake_in: float | None = None  # seconds until a pass is due though nothing changes
 
 
 class Controller:
@@ -109,6 +111,7 @@ class Controller:
             self._execute(outcome, report)
             self._drain(outcome, report)
             self._record(outcome, report)
+            report.wake_in = self._next_timeout()
         self.metrics.duration.observe(time.monotonic() - started)
         self.metrics.reconciles.labels(result="error" if report.errors else "success").inc()
         for problem in report.errors:
@@ -135,6 +138,13 @@ class Controller:
         writes = [w for w in outcome.writes if w.kind == "write-rollout"]
         if writes:
             self._execute(dataclasses.replace(outcome, writes=writes, events=[]), PassReport())
+
+    def _next_timeout(self) -> float | None:
+        """When a permission in the rollout (as written, from memory) times out."""
+        config_map = self.cache.observe(PLAN_CONFIGMAP, ROLLOUT_CONFIGMAP).rollout_config_map
+        data = (config_map or {}).get("data") or {}
+        rollout = parse_rollout(data.get(ROLLOUT_KEY))
+        return next_timeout(rollout, self.settings.rollout_timeout, self.clock())
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -448,6 +458,7 @@ class Runner:
                 wait = 0.0
             else:
                 self.last_pass_ok = time.monotonic()
-                # While a node drains, look again soon (at once when one is drained).
-                wait = self.resync_seconds if report.again_in is None else report.again_in
-                delays = self.backoff.delays()
+                # While a node drains, look again soon (at once when one is drained); a
+                # permission that times out is judged when it does.
+                due = [t for t in (report.again_in, report.wake_in) if t is not None]
+                wait, delays = min([self.resync_seconds, *due]), self.backoff.delays()

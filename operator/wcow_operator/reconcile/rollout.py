@@ -245,3 +245,15 @@ def _start(
 
 def _time(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def next_timeout(rollout: Rollout | None, timeout: timedelta, now: datetime) -> float | None:
+    """Seconds until the earliest permission would pass ``timeout``; None when none will.
+    No event marks that moment (a node that hangs says nothing), so the runner schedules a
+    pass for it instead of halting only at the next resync. Permissions of nodes already
+    done count too: a pass at their deadline finds nothing to do."""
+    if rollout is None or rollout.halted is not None:
+        return None
+    left = [(_time(t) + timeout - now).total_seconds() for t in rollout.permitted.values()]
+    # A second past the deadline: the pass must see ``now - granted > timeout``.
+    return min((s + 1.0 for s in left if s >= 0), default=None)
