@@ -22,6 +22,7 @@ from wcow_agent.agent import (
     CycleReport,
     HandlerOutcome,
     build_status,
+    capability_label_changes,
     guest_label_changes,
     label_changes,
     ready_handlers,
@@ -223,6 +224,7 @@ class AgentLoop:
         labels = label_changes(node.labels, ready) if ready is not None else {}
         reported = previous.guest_builds if previous is not None else None
         labels.update(guest_label_changes(node.labels, report.guest_builds, reported))
+        labels.update(capability_label_changes(node.labels, report.facts))
         annotations: dict[str, str | None] = {}
         if status is not None:
             text = dump_agent_status(status)

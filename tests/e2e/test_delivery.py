@@ -40,9 +40,16 @@ from tests.e2e.operator_harness import (
 )
 from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_contract.errors import parse_profile
+from wcow_contract.labels import (
+    CONTAINERD_LINE_LABEL,
+    HYPERV_LABEL,
+    NODE_LABEL_PREFIX,
+    guest_build_label,
+)
 from wcow_contract.plan import PLAN_CONFIGMAP
 from wcow_contract.rollout import ROLLOUT_CONFIGMAP
 from wcow_contract.v1alpha1 import READY_LABEL_PREFIX
+from wcow_contract.windows_builds import parse_windows_build
 from wcow_operator import rbac
 from wcow_operator.render.runtimeclass import render_runtime_class
 
@@ -505,7 +512,7 @@ def test_policy_holds_the_agent_to_its_own_node_and_keys(
     refused(
         "a foreign label on its own Node",
         lambda: agent.patch_node(own, _label("example.com/pool", "x")),
-        f"only {READY_LABEL_PREFIX}* labels",
+        f"only {READY_LABEL_PREFIX}* and {NODE_LABEL_PREFIX}* labels, not example.com/pool",
         undo=lambda: admin.patch_node(own, _label("example.com/pool", None)),
         timeout=30,
     )
@@ -514,6 +521,24 @@ def test_policy_holds_the_agent_to_its_own_node_and_keys(
         lambda: agent.patch_node(other, _label(ready, "ready")),
         "only its own Node",
         undo=lambda: admin.patch_node(other, _label(ready, None)),
+        timeout=30,
+    )
+    refused(
+        "a capability label on another Node",
+        lambda: agent.patch_node(other, _label(HYPERV_LABEL, "true")),
+        "only its own Node",
+        undo=lambda: admin.patch_node(other, _label(HYPERV_LABEL, None)),
+        timeout=30,
+    )
+    refused(
+        "a node.runtime.wcow.dev/ annotation (labels only)",
+        lambda: agent.patch_node(
+            own, {"metadata": {"annotations": {f"{NODE_LABEL_PREFIX}note": "x"}}}
+        ),
+        f"only {READY_LABEL_PREFIX}* annotations",
+        undo=lambda: admin.patch_node(
+            own, {"metadata": {"annotations": {f"{NODE_LABEL_PREFIX}note": None}}}
+        ),
         timeout=30,
     )
     refused(
@@ -530,9 +555,18 @@ def test_policy_holds_the_agent_to_its_own_node_and_keys(
         undo=lambda: admin.patch_node(own, {"spec": {"unschedulable": None}}),
         timeout=30,
     )
-    # Still allowed: its own keys on its own Node.
+    # Still allowed: its own keys on its own Node, ready, capability and guest-build labels.
     agent.patch_node(own, _label(ready, "ready"))
     agent.patch_node(own, _label(ready, None))
+    found = {
+        HYPERV_LABEL: "true",
+        CONTAINERD_LINE_LABEL: "2.1",
+        guest_build_label(parse_windows_build("ltsc2022")): "true",
+    }
+    agent.patch_node(own, {"metadata": {"labels": found}})
+    labels = admin.read_node(own).metadata.labels
+    assert {k: labels.get(k) for k in found} == found
+    agent.patch_node(own, {"metadata": {"labels": dict.fromkeys(found)}})
 
 
 def test_pod_bound_tokens_carry_the_node_the_policy_checks(

@@ -178,6 +178,16 @@ runtime.wcow.dev/
 {{- end }}
 
 {{/*
+The prefix of the Node labels that say what the agent found on its node (capabilities:
+node.runtime.wcow.dev/hyperv, /containerd-line, /guest-build-<N>; wcow_contract.labels
+NODE_LABEL_PREFIX; a test keeps them equal). Labels only: the agent's annotations stay under
+keyPrefix.
+*/}}
+{{- define "wcow-runtime.nodeLabelPrefix" -}}
+node.runtime.wcow.dev/
+{{- end }}
+
+{{/*
 The pod admission webhook: its Service, the ClusterRole that owns its configurations, and
 (cert-manager) its Certificate and Secret share one name.
 */}}
