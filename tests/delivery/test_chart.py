@@ -209,6 +209,8 @@ def test_defaults_install_the_operator_the_agent_and_their_guard() -> None:
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
             # kubectl wcow's read-only roles (bound only to viewer.subjects)
             "ClusterRole", "Role",
+            # the uninstall hook (pre-delete): its Job and the right to delete profiles
+            "ClusterRole", "ClusterRoleBinding", "Job",
         ]
     )  # fmt: skip
 
@@ -267,7 +269,7 @@ def test_recommended_labels_and_components(case: str, values: dict[str, Any]) ->
         assert labels["helm.sh/chart"] == "wcow-runtime-0.1.0"
         assert labels["app.kubernetes.io/version"] == "0.1.0"
         if obj["kind"] not in ("CustomResourceDefinition", KIND):
-            components = ("operator", "node-agent", "viewer", "test", "monitoring")
+            components = ("operator", "node-agent", "viewer", "test", "monitoring", "uninstall")
             assert labels["app.kubernetes.io/component"] in components, obj
         for key, value in values.get("commonLabels", {}).items():
             assert labels[key] == value

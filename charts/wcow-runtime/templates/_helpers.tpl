@@ -215,3 +215,16 @@ helm.sh/hook: test
 helm.sh/hook-weight: {{ .weight | quote }}
 helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end }}
+
+{{- /* The uninstall hook (`helm uninstall` only): created in weight order before the run, deleted
+once it succeeded; a failed run's Job stays for `kubectl logs`, and goes before the next one. */ -}}
+{{- define "wcow-runtime.uninstall.hook" -}}
+helm.sh/hook: pre-delete
+helm.sh/hook-weight: {{ .weight | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end }}
+
+{{- define "wcow-runtime.uninstall.labels" -}}
+{{ include "wcow-runtime.labels" . }}
+app.kubernetes.io/component: uninstall
+{{- end }}
