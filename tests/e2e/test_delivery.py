@@ -140,6 +140,8 @@ def install(kube: client.ApiClient, kubeconfig: Path) -> Iterator[Install]:
     values = {
         "admissionPolicy": {"enabled": setup.policy},
         "crds": {"enabled": own_crd, "keep": False},
+        # No kubelet runs the uninstall hook's Job here: tests/e2e/test_uninstall.py does.
+        "uninstall": {"enabled": False},
     }
     core = client.CoreV1Api(kube)
     core.create_namespace(

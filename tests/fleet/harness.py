@@ -106,6 +106,7 @@ def running_fleet(
     restart_seconds: float = 0.05,
     canary_seconds: float = 0.05,
     pause_build: str | None = None,
+    pause_image: str | None = None,
 ) -> Iterator[Fleet]:
     """Simulated nodes named ``<prefix>1..N``; their Nodes are deleted afterwards.
     ``pause_build``: the build of the pause image the nodes pull (default: the host's)."""
@@ -122,6 +123,7 @@ def running_fleet(
         faults=[parse_fault(text) for text in faults],
         retry_seconds=2.0,
         drift_check_seconds=5.0,
+        pause_image=pause_image,
     )
 
     def cluster() -> FleetCluster:

@@ -94,6 +94,8 @@ class FleetOptions:
     retry_seconds: float = 10.0
     drift_check_seconds: float = 30.0
     restart_timeout: float = 60.0
+    pause_image: str | None = None
+    """The agents' ``--pause-image`` (None: they leave the key as the node has it)."""
 
     def names(self) -> list[str]:
         width = len(str(self.nodes))
@@ -144,6 +146,7 @@ class SimulatedAgent:
             log_root=str(self.node.root / "logs"),
             timeouts=Timeouts(restart=self.options.restart_timeout, cri_poll=0.5),
             cancel=self._stop,
+            pause_image=self.options.pause_image,
         )
         run = RunOptions(
             node_name=self.node.name,
