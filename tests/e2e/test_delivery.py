@@ -630,6 +630,18 @@ def test_pod_bound_tokens_carry_the_node_the_policy_checks(
             undo=lambda: client.CoreV1Api(install.admin).patch_node(other, _label(ready, None)),
             timeout=30,
         )
+        # What the agent found (issue 20 item 3, issue 19's guest builds): its own Node only.
+        guest = guest_build_label(parse_windows_build("ltsc2019"))
+        found = {HYPERV_LABEL: "false", CONTAINERD_LINE_LABEL: "1.7", guest: "true"}
+        agent.patch_node(own, {"metadata": {"labels": found}})
+        agent.patch_node(own, {"metadata": {"labels": dict.fromkeys(found)}})
+        refused(
+            "a pod-bound token labelling another Node's guest build",
+            lambda: agent.patch_node(other, _label(guest, "true")),
+            "only its own Node",
+            undo=lambda: client.CoreV1Api(install.admin).patch_node(other, _label(guest, None)),
+            timeout=30,
+        )
     finally:
         with contextlib.suppress(ApiException):
             core.delete_namespaced_pod(pod_name, install.namespace, grace_period_seconds=0)
