@@ -221,6 +221,9 @@ def test_helm_uninstall_leaves_every_node_as_before_the_agents(
                 assert PAUSE in (fleet.nodes[name].disk_text() or ""), "the agent's pause image"
                 assert _node_dirt(view, fleet, name)
 
+            # The guards let the operator write (after the uninstall its RBAC is gone, and
+            # its watches are refused until it stops, as a deleted pod's would be).
+            assert "Forbidden" not in operator.excerpt(), operator.excerpt()
             helm = helm_python.Config(kubeconfig_path=kubeconfig, namespace=release)
             with HookKubelet(core, release, tmp_path) as kubelet:
                 try:
@@ -245,4 +248,3 @@ def test_helm_uninstall_leaves_every_node_as_before_the_agents(
             plan = read(core.read_namespaced_config_map, "wcow-runtime-plan", release) or {}
             annotations = (plan.get("metadata") or {}).get("annotations") or {}
             assert UNINSTALL_ANNOTATION not in annotations, "a later install starts clean"
-            assert "Forbidden" not in operator.excerpt(), "the guards let the operator write"
