@@ -1,7 +1,7 @@
 """A real Kubernetes control plane on loopback for the e2e and fleet tests.
 
 etcd, kube-apiserver and kube-controller-manager (garbage collector, namespace, service
-account, admission-policy status and disruption controllers; no kubelet, no scheduler)
+account, admission-policy status, disruption and job controllers; no kubelet, no scheduler)
 built from the versions pinned in tools/control-plane/go.mod into .cache/control-plane/bin/.
 Certificates are generated for each start; the admin kubeconfig authenticates with a client
 certificate in system:masters.
@@ -333,9 +333,11 @@ class ControlPlane:
             # validatingadmissionpolicy-status-controller: the server's type check of the
             # chart's policies (status.typeChecking), which tests/e2e/test_guards.py reads.
             # disruption: PodDisruptionBudgets' status, which the Eviction API reads
-            # (tests/fleet/test_fleet_drain.py).
+            # (tests/fleet/test_fleet_drain.py). job: the chart's uninstall hook Job makes its
+            # pod, whose end completes the Job for `helm uninstall` (tests/e2e/test_uninstall.py
+            # runs the pod's command).
             "--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token,"
-            "validatingadmissionpolicy-status-controller,disruption",
+            "validatingadmissionpolicy-status-controller,disruption,job",
             f"--service-account-private-key-file={certs.path('sa.key')}",
             f"--root-ca-file={certs.path('ca.crt')}",
             f"--bind-address={LOOPBACK}",

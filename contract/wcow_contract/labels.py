@@ -13,7 +13,16 @@ def ready_label(handler: str) -> str:
     return f"{READY_LABEL_PREFIX}{handler}"
 
 
-GUEST_BUILD_LABEL_PREFIX = "node.runtime.wcow.dev/guest-build-"
+NODE_LABEL_PREFIX = "node.runtime.wcow.dev/"
+"""What an agent found on its node (capabilities), apart from the handlers' ready labels
+(``runtime.wcow.dev/<handler>``): no handler name can make one of these."""
+
+HYPERV_LABEL = f"{NODE_LABEL_PREFIX}hyperv"
+"""``"true"`` when the host can run Hyper-V isolated containers, ``"false"`` otherwise."""
+CONTAINERD_LINE_LABEL = f"{NODE_LABEL_PREFIX}containerd-line"
+"""The node's containerd release line, ``major.minor`` (``1.7``, ``2.1``)."""
+
+GUEST_BUILD_LABEL_PREFIX = f"{NODE_LABEL_PREFIX}guest-build-"
 GUEST_BUILD_VALUE = "true"
 
 

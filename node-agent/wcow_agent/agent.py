@@ -8,11 +8,13 @@ without fakes.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from wcow_agent.canary import CanaryResult
+from wcow_agent.containerd_lines import release_line
 from wcow_agent.host.containerd import config_version_for, version_tuple
 from wcow_agent.merge import (
     BUILTIN_RUNTIMES_1_6,
@@ -29,8 +31,10 @@ from wcow_contract.agent_status import (
     HandlerStatus,
 )
 from wcow_contract.labels import (
+    CONTAINERD_LINE_LABEL,
     GUEST_BUILD_LABEL_PREFIX,
     GUEST_BUILD_VALUE,
+    HYPERV_LABEL,
     READY_VALUE,
     guest_build_label,
     ready_label,
@@ -331,3 +335,28 @@ def guest_label_changes(
         if key not in wanted and key in current:
             changes[key] = None
     return changes
+
+
+def capability_labels(facts: HostFacts | None) -> dict[str, str]:
+    """What the host found, as Node labels profiles and people can select on:
+    ``node.runtime.wcow.dev/hyperv`` and ``node.runtime.wcow.dev/containerd-line``. Empty when
+    the host could not be read (the labels stay as they were); no line label while
+    containerd's version is unknown."""
+    if facts is None:
+        return {}
+    labels = {HYPERV_LABEL: "true" if facts.hyperv_available else "false"}
+    if facts.containerd_version is not None:
+        # An unreadable version makes no label (parse_containerd_version gives N.N.N).
+        with contextlib.suppress(ValueError):
+            labels[CONTAINERD_LINE_LABEL] = release_line(facts.containerd_version)
+    return labels
+
+
+def capability_label_changes(
+    current: Mapping[str, str], facts: HostFacts | None
+) -> dict[str, str | None]:
+    """The Node label patch that keeps the capability labels current (an upgraded containerd
+    changes the line label at the next cycle)."""
+    return {
+        key: value for key, value in capability_labels(facts).items() if current.get(key) != value
+    }

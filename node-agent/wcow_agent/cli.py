@@ -55,10 +55,9 @@ from wcow_agent.plan import PlanError, load_plan
 from wcow_agent.runner import AgentLoop
 from wcow_agent.simulate.fleet import add_parser as _add_simulate
 from wcow_agent.state import PRISTINE_SUFFIX, STATE_SUFFIX, Paths, StateJournal
-from wcow_agent.uninstall import UninstallError
+from wcow_agent.uninstall import UninstallError, clean_node
 from wcow_agent.watch import RunOptions
-from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
-from wcow_contract.labels import READY_VALUE, STARTUP_TAINT, ready_label
+from wcow_contract.labels import STARTUP_TAINT
 from wcow_contract.support.health import HealthServer, StepHealth
 from wcow_contract.v1alpha1 import ImageReference
 from wcow_contract.validation import is_dns1123_label
@@ -541,8 +540,9 @@ def _add_uninstall(commands: Any) -> None:
         description="Removes the agent's tables from config.toml (restoring the file as it "
         "was before the agent's first change when it can), restarts containerd once, "
         "deletes the agent's files beside config.toml, and, when NODE_NAME is set, removes "
-        "the Node's runtime.wcow.dev/<handler> labels and the status annotation. Stop "
-        "`wcow-agent run` first.",
+        "the Node's labels and annotations the agent wrote (runtime.wcow.dev/<handler>, "
+        "node.runtime.wcow.dev/hyperv, /containerd-line, the guest-build labels its status "
+        "reported, runtime.wcow.dev/agent-status). Stop `wcow-agent run` first.",
     )
     _add_host_flags(uninstall)
     uninstall.add_argument(
@@ -584,20 +584,7 @@ def uninstall(
             print("NODE_NAME not set: Node labels left as they are", file=sys.stderr)
         return code
     try:
-        cluster = cluster_factory()
-        current = cluster.get_node(node)
-        labels: dict[str, str | None] = {
-            key: None
-            for key, value in current.labels.items()
-            if key.startswith(ready_label("")) and value == READY_VALUE
-        }
-        annotations: dict[str, str | None] = (
-            {AGENT_STATUS_ANNOTATION: None}
-            if AGENT_STATUS_ANNOTATION in current.annotations
-            else {}
-        )
-        cluster.patch_node(node, labels, annotations)
-        print(f"removed {len(labels)} label(s) and the status of Node {node}", file=sys.stderr)
+        print(clean_node(cluster_factory(), node), file=sys.stderr)
     except Exception as error:  # noqa: BLE001 - report any API or config failure
         print(f"error: Node {node} not cleaned: {error}", file=sys.stderr)
         code = EXIT_FAILED

@@ -12,8 +12,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from wcow_contract.uninstall import CANARY_REQUEST_ANNOTATION
+
 FIELD_MANAGER = "wcow-agent"
-CANARY_REQUEST_ANNOTATION = "runtime.wcow.dev/canary-request"
+__all__ = ["CANARY_REQUEST_ANNOTATION", "FIELD_MANAGER"]
 
 
 class ClusterError(RuntimeError):
@@ -38,6 +40,9 @@ class PlanObject:
     text: str | None = None
     resource_version: str | None = None
     paced: bool = False
+    uninstall: str | None = None
+    """``runtime.wcow.dev/uninstall`` (``wcow-operator uninstall``): the agents clean their
+    nodes and stay idle."""
 
 
 @dataclass(frozen=True)

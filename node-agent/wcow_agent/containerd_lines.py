@@ -131,6 +131,17 @@ def line_for(version: str) -> ContainerdLine:
     return found
 
 
+def release_line(version: str) -> str:
+    """The release line of a containerd version as the Node label
+    ``node.runtime.wcow.dev/containerd-line`` shows it: ``major.minor`` (``1.7.20`` -> ``1.7``,
+    ``2.1.0-rc.1`` -> ``2.1``). Finer than ``line_for``: 2.0 and 2.1 differ in what else they
+    do (config schema, transfer service) even where a handler table reads the same."""
+    parts = version.split(".")
+    if len(parts) < 2 or not all(p.isdigit() and len(p) <= 4 for p in parts[:2]):
+        raise ValueError(f"not a containerd version: {version!r}")
+    return f"{int(parts[0])}.{int(parts[1])}"
+
+
 def _describe_option(key: str, value: Any) -> str:
     if key == "DefaultContainerAnnotations" and isinstance(value, Mapping) and value:
         sources = sorted({ANNOTATION_FIELDS.get(k, f"annotation {k}") for k in value})

@@ -23,6 +23,7 @@ from wcow_agent.cluster import (
 from wcow_agent.pacing import is_paced
 from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_KEY
 from wcow_contract.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY
+from wcow_contract.uninstall import UNINSTALL_ANNOTATION
 
 ApiException = kubernetes.client.exceptions.ApiException
 # What a call can raise besides an answer: an error status, or no answer at all (connection
@@ -46,7 +47,14 @@ def _plan_object(config_map: Any, deleted: bool = False) -> PlanObject:
         text=None if deleted else data.get(PLAN_KEY),
         resource_version=metadata.resource_version if metadata else None,
         paced=not deleted and is_paced(metadata.annotations if metadata else None),
+        uninstall=None if deleted else _uninstall_signal(metadata),
     )
+
+
+def _uninstall_signal(metadata: Any) -> str | None:
+    annotations = (metadata.annotations if metadata else None) or {}
+    value = annotations.get(UNINSTALL_ANNOTATION)
+    return None if value is None else str(value)[:64]
 
 
 def _rollout_object(config_map: Any, deleted: bool = False) -> RolloutObject:

@@ -22,6 +22,7 @@ from wcow_agent.agent import (
     CycleReport,
     HandlerOutcome,
     build_status,
+    capability_label_changes,
     guest_label_changes,
     label_changes,
     ready_handlers,
@@ -41,6 +42,7 @@ from wcow_agent.images import PULL_TIMEOUT, STATUS_TIMEOUT
 from wcow_agent.metrics import Metrics
 from wcow_agent.startup import judged_every_handler, without_taint
 from wcow_agent.state import StateJournal, load_state, text_hash
+from wcow_agent.uninstall import let_go
 from wcow_agent.watch import ClusterView, RunOptions
 from wcow_contract.agent_status import (
     AGENT_STATUS_ANNOTATION,
@@ -90,6 +92,9 @@ class AgentLoop:
         self.ports: dict[str, int] = {}  # where the metrics and health servers listen
         self.pause_hold: str | None = None
         """Why /readyz is false while a pause image change is unproven or failed."""
+        self.uninstalled = False
+        """This node was cleaned on the plan's uninstall signal: idle until a plan with
+        handlers and no signal comes (``helm uninstall`` deletes this agent meanwhile)."""
 
     # -- the plan and the rollout (``watch.ClusterView``) ---------------------------------
 
@@ -106,6 +111,10 @@ class AgentLoop:
 
     def cycle(self) -> CycleReport:
         plan, plan_error = self.view.plan()
+        signal = self.view.uninstall_requested()
+        if signal is not None or (self.uninstalled and (plan is None or not plan.handlers)):
+            return self._uninstall(signal)
+        self.uninstalled = False
         if plan_error and plan_error != self._last_plan_error:
             self.metrics.plan_errors.inc()
             log.warning("%s; keeping config.toml and the Node's labels as they are", plan_error)
@@ -142,6 +151,27 @@ class AgentLoop:
             report.requeue = True
         self._hold_for_pause_change()
         self.health.idle(ready=error is None and report.facts is not None, error=error or "")
+        return report
+
+    def _uninstall(self, signal: str | None) -> CycleReport:
+        """On the plan's ``runtime.wcow.dev/uninstall``: clean the host and the Node, write
+        nothing else. After that, and without a signal, idle: writes nothing at all."""
+        report = CycleReport(result="uninstalled")
+        if signal is None:
+            return report
+        self.health.busy(3 * self.agent.timeouts.restart + 120.0)
+        try:
+            error = let_go(self.agent.uninstall, self.cluster, self.options.node_name)
+        except ClusterError as failure:
+            self.metrics.cluster_errors.inc()
+            error = f"cannot clean Node {self.options.node_name}: {failure}"
+            log.warning("%s", error)
+        if error is None and not self.uninstalled:
+            log.info("uninstalled on the plan's signal (%s): the node is clean", signal)
+        self.uninstalled = error is None
+        self._status, self._last_events = None, set()
+        report.requeue = error is not None
+        self.health.idle(ready=error is None, error=error or "")
         return report
 
     def readiness(self) -> tuple[bool, str]:
@@ -229,6 +259,7 @@ class AgentLoop:
         labels = label_changes(node.labels, ready) if ready is not None else {}
         reported = previous.guest_builds if previous is not None else None
         labels.update(guest_label_changes(node.labels, report.guest_builds, reported))
+        labels.update(capability_label_changes(node.labels, report.facts))
         annotations: dict[str, str | None] = {}
         if status is not None:
             text = dump_agent_status(status)

@@ -1,27 +1,33 @@
-"""Letting go: adopted hand-written tables said out loud, and ``wcow-agent uninstall``.
+"""Letting go: adopted hand-written tables said out loud, ``wcow-agent uninstall``, and the
+running agent's uninstall when the plan carries ``runtime.wcow.dev/uninstall``.
 
 An adopted table (``--adopt-handlers``) is kept in the state when the agent takes it over and
 written back when the agent lets go of the handler (``merge``); ``note_adoptions`` says both
 on the Node. ``Uninstaller`` removes every table the agent owns (writing the adopted ones
-back), restarts containerd once and deletes the agent's files.
+back), puts the pause image key back, restarts containerd once and deletes the agent's files;
+``clean_node`` then removes the agent's labels and annotations from its Node.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from wcow_agent.agent import CycleReport, merge_on_host, restart_reason
 from wcow_agent.attempt import Restarter
 from wcow_agent.canary import Canary
+from wcow_agent.cluster import Cluster
 from wcow_agent.files import read_config, sweep_temp_files, write_atomically
 from wcow_agent.host.interfaces import Host, HostError
 from wcow_agent.images import with_pause_image
-from wcow_agent.merge import MergeResult
+from wcow_agent.merge import ConfigError, MergeResult
 from wcow_agent.state import AgentState, Paths, load_state, text_hash
+from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION, parse_agent_status
+from wcow_contract.text import printable
+from wcow_contract.uninstall import MAX_ERROR_CHARS, UNINSTALL_ERROR_ANNOTATION, node_cleanup
 
 log = logging.getLogger("wcow_agent")
 
@@ -127,3 +133,36 @@ class Uninstaller:
             return text == self.host.containerd.config_default()
         except HostError:
             return False
+
+
+def clean_node(cluster: Cluster, node_name: str) -> str:
+    """Remove the agent's labels and annotations from its Node (``node_cleanup``: ready and
+    capability labels, the guest-build labels its status reported, the status, an uninstall
+    error, a pending canary request). Returns what was removed; raises ClusterError."""
+    node = cluster.get_node(node_name)
+    status = parse_agent_status(node.annotations.get(AGENT_STATUS_ANNOTATION))
+    reported = (status.guest_builds or []) if status is not None else []
+    labels, annotations = node_cleanup(node.labels, node.annotations, reported)
+    cluster.patch_node(node_name, labels, annotations)
+    return (
+        f"removed {len(labels)} label(s) and {len(annotations)} annotation(s) of Node {node_name}"
+    )
+
+
+def let_go(run: Callable[[], list[str]], cluster: Cluster, node_name: str) -> str | None:
+    """The running agent's uninstall: the host first (``run``: ``Uninstaller.run``), then the
+    Node. None when the node is clean; else why not, also written to the Node
+    (``runtime.wcow.dev/uninstall-error``, which ``wcow-operator uninstall`` prints) while the
+    labels and status stay, since the tables do. Raises ClusterError."""
+    try:
+        for line in run():
+            log.info("uninstall: %s", line)
+    except (UninstallError, HostError, ConfigError, OSError) as error:
+        why = printable(f"cannot uninstall: {error}", MAX_ERROR_CHARS)
+        log.warning("%s", why)
+        node = cluster.get_node(node_name)
+        if node.annotations.get(UNINSTALL_ERROR_ANNOTATION) != why:
+            cluster.patch_node(node_name, {}, {UNINSTALL_ERROR_ANNOTATION: why})
+        return why
+    log.info("uninstall: %s", clean_node(cluster, node_name))
+    return None

@@ -69,10 +69,11 @@ class ClusterView:
 
     def on_plan(self, plan: PlanObject) -> None:
         with self._lock:
-            same = self._plan is not None and (self._plan.exists, self._plan.text) == (
-                plan.exists,
-                plan.text,
-            )
+            same = self._plan is not None and (
+                self._plan.exists,
+                self._plan.text,
+                self._plan.uninstall,
+            ) == (plan.exists, plan.text, plan.uninstall)
             self._plan = plan
         if not same:
             self.wake.set()
@@ -154,6 +155,11 @@ class ClusterView:
                 return Permission(True, None, f"cannot read the rollout: {error}")
             self.on_rollout(rollout)
         return Permission.of(True, rollout.exists, rollout.text, self.options.namespace)
+
+    def uninstall_requested(self) -> str | None:
+        """The plan's uninstall signal as last seen (None: none, or not seen yet)."""
+        with self._lock:
+            return self._plan.uninstall if self._plan is not None else None
 
     def plan(self) -> tuple[Plan | None, str | None]:
         """(the plan, why there is none)."""

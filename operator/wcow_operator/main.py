@@ -25,6 +25,7 @@ import prometheus_client
 
 from wcow_contract.support.health import HealthServer
 from wcow_contract.support.supervisor import Supervisor
+from wcow_operator import uninstall
 from wcow_operator.controller.cache import ClusterCache
 from wcow_operator.controller.controller import Controller, Runner
 from wcow_operator.controller.informer import run_informer, watched_collections
@@ -154,6 +155,9 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 
 
 def run(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["uninstall"]:  # the chart's pre-delete hook (wcow_operator.uninstall)
+        return uninstall.main(args[1:])
     try:
         settings = parse_settings(argv)
         webhook = None

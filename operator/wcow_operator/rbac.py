@@ -48,6 +48,13 @@ OPERATOR_CLUSTER_RULES: Final[list[Rule]] = [
     },
 ]
 
+# Cluster-wide, for `wcow-operator uninstall` (the chart's pre-delete hook), bound to the
+# operator's ServiceAccount only while the hook runs: delete the profiles. The rest it does
+# with the operator's own rules (list profiles and Nodes, list and update the plan by name).
+UNINSTALL_CLUSTER_RULES: Final[list[Rule]] = [
+    {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["delete"]},
+]
+
 # Cluster-wide, only with the pod admission webhook, in a ClusterRole of its own: the
 # webhook's configurations, created when absent (create cannot be narrowed by name), then read
 # and kept current (runtime classes, CA bundle) by name. That ClusterRole owns them, so they go

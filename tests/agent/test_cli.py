@@ -53,6 +53,9 @@ def test_uninstall_restores_the_file_restarts_once_and_cleans_the_node(
         "config.toml"
     ]
     assert not any(key.startswith("runtime.wcow.dev/") for key in cluster.labels)
+    assert not any(key.startswith("node.runtime.wcow.dev/") for key in cluster.labels), (
+        "capability and guest-build labels go too"
+    )
     assert "runtime.wcow.dev/agent-status" not in cluster.node["annotations"]
     assert cluster.labels["kubernetes.io/os"] == "windows"
 

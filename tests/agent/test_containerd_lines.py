@@ -13,7 +13,7 @@ from tests.agent.conftest import hyperv, make_plan, process
 from tests.agent.fakes import CONFIGS, FakeNode
 from wcow_agent.agent import build_status
 from wcow_agent.cli import main as agent_main
-from wcow_agent.containerd_lines import LINES, line_for, unsupported
+from wcow_agent.containerd_lines import LINES, line_for, release_line, unsupported
 from wcow_agent.eligibility import Host, classify_handlers
 from wcow_contract.agent_status import dump_agent_status
 from wcow_contract.plan import dump_plan
@@ -129,3 +129,23 @@ def test_offline_merge_judges_by_containerd_version(
     assert "reserve" not in captured.out
     assert agent_main([*args, "10.0.20348", "--containerd-version", "1.7"]) == 0
     assert "reserve" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("version", "line"),
+    [
+        ("1.6.39", "1.6"),
+        ("1.7.20", "1.7"),
+        ("2.0.0", "2.0"),
+        ("2.1.0-rc.1", "2.1"),
+        ("2.10.1", "2.10"),
+    ],
+)
+def test_the_line_label_is_major_minor(version: str, line: str) -> None:
+    assert release_line(version) == line
+
+
+@pytest.mark.parametrize("version", ["", "2", "v2.0.0", "2.x.1", "99999.1.0"])
+def test_a_version_that_makes_no_label_value_is_refused(version: str) -> None:
+    with pytest.raises(ValueError, match="not a containerd version"):
+        release_line(version)

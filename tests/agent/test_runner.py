@@ -429,3 +429,28 @@ def test_a_report_the_api_server_did_not_take_is_retried_soon_not_at_the_resync(
     loop.cycle()
     assert cluster.status["appliedPlanHash"] == json.loads(cluster.plan.text or "{}")["hash"]
     assert cluster.labels["runtime.wcow.dev/hv"] == "ready"
+
+
+def test_the_node_carries_what_the_host_found_as_capability_labels(
+    node: FakeNode, cluster: FakeCluster
+) -> None:
+    """node.runtime.wcow.dev/hyperv and /containerd-line, in the cycle's one patch, and kept
+    current: a containerd upgrade changes the line label at the next cycle, nothing else."""
+    cluster.set_plan(make_plan(process()))
+    loop = make_loop(node, cluster)
+    loop.cycle()
+    assert cluster.labels["node.runtime.wcow.dev/hyperv"] == "true"
+    assert cluster.labels["node.runtime.wcow.dev/containerd-line"] == "1.7"
+    assert len(cluster.patches) == 1
+
+    node.containerd_version = "2.1.3"
+    loop.cycle()
+    assert cluster.labels["node.runtime.wcow.dev/containerd-line"] == "2.1"
+    assert cluster.patches[-1][1] == {"node.runtime.wcow.dev/containerd-line": "2.1"}
+
+
+def test_a_host_without_hyperv_says_false(tmp_path: Path, cluster: FakeCluster) -> None:
+    node = FakeNode(tmp_path, hyperv=False)
+    cluster.set_plan(make_plan(process()))
+    make_loop(node, cluster).cycle()
+    assert cluster.labels["node.runtime.wcow.dev/hyperv"] == "false"

@@ -26,6 +26,12 @@ from tests.delivery.helpers import (
     validate_object,
 )
 from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_contract.labels import (
+    CONTAINERD_LINE_LABEL,
+    GUEST_BUILD_LABEL_PREFIX,
+    HYPERV_LABEL,
+    NODE_LABEL_PREFIX,
+)
 from wcow_contract.v1alpha1 import KIND, READY_LABEL_PREFIX
 
 OPERATOR = f"{RELEASE}-operator"
@@ -204,6 +210,8 @@ def test_defaults_install_the_operator_the_agent_and_their_guard() -> None:
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
             # kubectl wcow's read-only roles (bound only to viewer.subjects)
             "ClusterRole", "Role",
+            # the uninstall hook (pre-delete): its Job and the right to delete profiles
+            "ClusterRole", "ClusterRoleBinding", "Job",
         ]
     )  # fmt: skip
 
@@ -263,7 +271,7 @@ def test_recommended_labels_and_components(case: str, values: dict[str, Any]) ->
         assert labels["helm.sh/chart"] == "wcow-runtime-0.1.0"
         assert labels["app.kubernetes.io/version"] == "0.1.0"
         if obj["kind"] not in ("CustomResourceDefinition", KIND):
-            components = ("operator", "node-agent", "viewer", "test", "monitoring")
+            components = ("operator", "node-agent", "viewer", "test", "monitoring", "uninstall")
             assert labels["app.kubernetes.io/component"] in components, obj
         for key, value in values.get("commonLabels", {}).items():
             assert labels[key] == value
@@ -681,6 +689,12 @@ def test_agent_owned_keys_share_the_policy_prefix() -> None:
     for rule in prefix_rules:
         assert f"startsWith('{READY_LABEL_PREFIX}')" in rule
     assert AGENT_STATUS_ANNOTATION.startswith(READY_LABEL_PREFIX)
+    # Capability and guest-build labels: a label prefix of their own, allowed for labels only.
+    label_rule, annotation_rule = prefix_rules
+    assert f"startsWith('{NODE_LABEL_PREFIX}')" in label_rule
+    assert NODE_LABEL_PREFIX not in annotation_rule
+    for key in (HYPERV_LABEL, CONTAINERD_LINE_LABEL, GUEST_BUILD_LABEL_PREFIX):
+        assert key.startswith(NODE_LABEL_PREFIX)
 
 
 # ---- the pod admission webhook ----

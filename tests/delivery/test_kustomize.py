@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 import yaml
-from deploy.generate import DEPLOY, MANIFESTS, NAMESPACE, expected_files, namespace_object
+from deploy.generate import (
+    DEPLOY,
+    MANIFESTS,
+    NAMESPACE,
+    UNINSTALL,
+    expected_files,
+    namespace_object,
+)
 
 from tests.conftest import ROOT, SAMPLES
 from tests.delivery.helpers import (
@@ -45,7 +52,8 @@ def test_kustomization_uses_only_plain_resources() -> None:
 
 
 def test_kustomize_installs_what_the_chart_installs() -> None:
-    built = normalized(kustomize_build())
+    """deploy/ is the chart's install; deploy/uninstall/ its pre-delete hook, apart."""
+    built = normalized(kustomize_build() + kustomize_build(UNINSTALL))
     chart = normalized(render())
     namespace = ("v1", "Namespace", "", NAMESPACE)
     assert set(built) - set(chart) == {namespace}
@@ -65,7 +73,7 @@ def test_kustomize_namespace_admits_the_hostprocess_agent() -> None:
 
 
 def test_kustomize_objects_carry_no_helm_bookkeeping() -> None:
-    for obj in kustomize_build():
+    for obj in kustomize_build() + kustomize_build(UNINSTALL):
         labels: dict[str, Any] = obj["metadata"].get("labels", {})
         annotations: dict[str, Any] = obj["metadata"].get("annotations", {})
         assert "helm.sh/chart" not in labels
@@ -81,7 +89,11 @@ def test_deploy_is_regenerated_from_the_chart() -> None:
         for path, text in expected.items()
         if not path.exists() or path.read_text(encoding="utf-8") != text
     ]
-    stale += [str(p.relative_to(ROOT)) for p in MANIFESTS.glob("*.yaml") if p not in expected]
+    stale += [
+        str(p.relative_to(ROOT))
+        for p in [*MANIFESTS.glob("*.yaml"), *UNINSTALL.glob("*.yaml")]
+        if p not in expected
+    ]
     assert not stale, f"stale: {stale}; run `.venv/bin/python deploy/generate.py`"
 
 

@@ -27,6 +27,7 @@ RULES = {
     ("Role", f"{RELEASE}-agent"): rbac.AGENT_NAMESPACE_RULES,
     ("ClusterRole", f"{RELEASE}-viewer"): rbac.VIEWER_CLUSTER_RULES,
     ("Role", f"{RELEASE}-viewer"): rbac.VIEWER_NAMESPACE_RULES,
+    ("ClusterRole", f"{RELEASE}-uninstall"): rbac.UNINSTALL_CLUSTER_RULES,
 }
 
 
@@ -45,6 +46,7 @@ def test_chart_grants_nothing_beyond_the_generated_rules() -> None:
     for binding in (o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
         name = binding["metadata"]["name"]
         component = name.removeprefix(f"{RELEASE}-").split("-")[0]  # operator-webhook: operator
+        component = "operator" if component == "uninstall" else component  # the hook's run
         assert binding["roleRef"]["kind"] == binding["kind"].replace("Binding", "")
         assert binding["roleRef"]["name"] == name
         assert binding["subjects"] == [

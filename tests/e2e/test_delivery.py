@@ -42,10 +42,17 @@ from wcow_agent.cluster import ClusterError
 from wcow_agent.k8s import KubernetesCluster
 from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_contract.errors import parse_profile
-from wcow_contract.labels import STARTUP_TAINT
+from wcow_contract.labels import (
+    CONTAINERD_LINE_LABEL,
+    HYPERV_LABEL,
+    NODE_LABEL_PREFIX,
+    STARTUP_TAINT,
+    guest_build_label,
+)
 from wcow_contract.plan import PLAN_CONFIGMAP
 from wcow_contract.rollout import ROLLOUT_CONFIGMAP
 from wcow_contract.v1alpha1 import READY_LABEL_PREFIX
+from wcow_contract.windows_builds import parse_windows_build
 from wcow_operator import rbac
 from wcow_operator.reconcile.drain import CORDONED_BY, CORDONED_BY_VALUE
 from wcow_operator.render.runtimeclass import render_runtime_class
@@ -137,6 +144,8 @@ def install(kube: client.ApiClient, kubeconfig: Path) -> Iterator[Install]:
     values = {
         "admissionPolicy": {"enabled": setup.policy},
         "crds": {"enabled": own_crd, "keep": False},
+        # No kubelet runs the uninstall hook's Job here: tests/e2e/test_uninstall.py does.
+        "uninstall": {"enabled": False},
     }
     core = client.CoreV1Api(kube)
     core.create_namespace(
@@ -509,7 +518,7 @@ def test_policy_holds_the_agent_to_its_own_node_and_keys(
     refused(
         "a foreign label on its own Node",
         lambda: agent.patch_node(own, _label("example.com/pool", "x")),
-        f"only {READY_LABEL_PREFIX}* labels",
+        f"only {READY_LABEL_PREFIX}* and {NODE_LABEL_PREFIX}* labels, not example.com/pool",
         undo=lambda: admin.patch_node(own, _label("example.com/pool", None)),
         timeout=30,
     )
@@ -518,6 +527,24 @@ def test_policy_holds_the_agent_to_its_own_node_and_keys(
         lambda: agent.patch_node(other, _label(ready, "ready")),
         "only its own Node",
         undo=lambda: admin.patch_node(other, _label(ready, None)),
+        timeout=30,
+    )
+    refused(
+        "a capability label on another Node",
+        lambda: agent.patch_node(other, _label(HYPERV_LABEL, "true")),
+        "only its own Node",
+        undo=lambda: admin.patch_node(other, _label(HYPERV_LABEL, None)),
+        timeout=30,
+    )
+    refused(
+        "a node.runtime.wcow.dev/ annotation (labels only)",
+        lambda: agent.patch_node(
+            own, {"metadata": {"annotations": {f"{NODE_LABEL_PREFIX}note": "x"}}}
+        ),
+        f"only {READY_LABEL_PREFIX}* annotations",
+        undo=lambda: admin.patch_node(
+            own, {"metadata": {"annotations": {f"{NODE_LABEL_PREFIX}note": None}}}
+        ),
         timeout=30,
     )
     refused(
@@ -534,9 +561,18 @@ def test_policy_holds_the_agent_to_its_own_node_and_keys(
         undo=lambda: admin.patch_node(own, {"spec": {"unschedulable": None}}),
         timeout=30,
     )
-    # Still allowed: its own keys on its own Node.
+    # Still allowed: its own keys on its own Node, ready, capability and guest-build labels.
     agent.patch_node(own, _label(ready, "ready"))
     agent.patch_node(own, _label(ready, None))
+    found = {
+        HYPERV_LABEL: "true",
+        CONTAINERD_LINE_LABEL: "2.1",
+        guest_build_label(parse_windows_build("ltsc2022")): "true",
+    }
+    agent.patch_node(own, {"metadata": {"labels": found}})
+    labels = admin.read_node(own).metadata.labels
+    assert {k: labels.get(k) for k in found} == found
+    agent.patch_node(own, {"metadata": {"labels": dict.fromkeys(found)}})
     refused(
         "the operator's cordon annotation on its own Node",
         lambda: agent.patch_node(own, _annotation(CORDONED_BY, CORDONED_BY_VALUE)),
@@ -698,6 +734,18 @@ def test_pod_bound_tokens_carry_the_node_the_policy_checks(
             lambda: agent.patch_node(other, _label(ready, "ready")),
             "only its own Node",
             undo=lambda: client.CoreV1Api(install.admin).patch_node(other, _label(ready, None)),
+            timeout=30,
+        )
+        # What the agent found (issue 20 item 3, issue 19's guest builds): its own Node only.
+        guest = guest_build_label(parse_windows_build("ltsc2019"))
+        found = {HYPERV_LABEL: "false", CONTAINERD_LINE_LABEL: "1.7", guest: "true"}
+        agent.patch_node(own, {"metadata": {"labels": found}})
+        agent.patch_node(own, {"metadata": {"labels": dict.fromkeys(found)}})
+        refused(
+            "a pod-bound token labelling another Node's guest build",
+            lambda: agent.patch_node(other, _label(guest, "true")),
+            "only its own Node",
+            undo=lambda: client.CoreV1Api(install.admin).patch_node(other, _label(guest, None)),
             timeout=30,
         )
     finally:

@@ -296,7 +296,11 @@ def test_with_cert_manager_the_webhook_serves_the_mounted_certificate_and_keeps_
     core = client.CoreV1Api(kube)
     custom = client.CustomObjectsApi(kube)
     registration = client.AdmissionregistrationV1Api(kube)
-    values = {"crds": {"enabled": False}, "webhook": {"certManager": {"enabled": True}}}
+    values = {
+        "crds": {"enabled": False},
+        "webhook": {"certManager": {"enabled": True}},
+        "uninstall": {"enabled": False},  # no kubelet for its Job (tests/e2e/test_uninstall.py)
+    }
     with contextlib.ExitStack() as stack:
         stack.enter_context(installed_crd(kube))
         ns = stack.enter_context(namespace(kube, release))

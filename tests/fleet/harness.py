@@ -107,6 +107,7 @@ def running_fleet(
     canary_seconds: float = 0.05,
     pause_build: str | None = None,
     startup_taint: str | None = None,
+    pause_image: str | None = None,
 ) -> Iterator[Fleet]:
     """Simulated nodes named ``<prefix>1..N``; their Nodes are deleted afterwards.
     ``pause_build``: the build of the pause image the nodes pull (default: the host's)."""
@@ -124,6 +125,7 @@ def running_fleet(
         retry_seconds=2.0,
         drift_check_seconds=5.0,
         startup_taint=startup_taint,
+        pause_image=pause_image,
     )
 
     def cluster() -> FleetCluster:

@@ -67,7 +67,12 @@ def nodes() -> list[dict[str, Any]]:
             "w1",
             agent(NEW, NEW, ("Ready", "CanaryPassed", "")),
             **build,
-            **{"node.runtime.wcow.dev/guest-build-20348": "true", "runtime.wcow.dev/hv": "ready"},
+            **{
+                "node.runtime.wcow.dev/guest-build-20348": "true",
+                "node.runtime.wcow.dev/hyperv": "true",
+                "node.runtime.wcow.dev/containerd-line": "1.7",
+                "runtime.wcow.dev/hv": "ready",
+            },
         ),
         node("w2", agent(OLD, NEW, ("Failed", "SandboxFailed", "hcs said no")), **build),
         node("w3", agent(OLD, OLD, ("Ready", "CanaryPassed", "")), **build),

@@ -40,7 +40,12 @@ def test_rollout_progress_is_counted_per_changed_profile_only() -> None:
 def test_capabilities_and_guest_builds_come_from_the_labels() -> None:
     w1 = next(n for n in halted_report().nodes if n.name == "w1")
     assert w1.guest_builds == ["20348"]
-    assert w1.capabilities == {"node.runtime.wcow.dev/guest-build-20348": "true"}
+    assert w1.capabilities == {
+        "node.runtime.wcow.dev/containerd-line": "1.7",
+        "node.runtime.wcow.dev/guest-build-20348": "true",
+        "node.runtime.wcow.dev/hyperv": "true",
+    }
+    assert (w1.hyperv, w1.containerd_line) == ("true", "1.7")
     assert w1.plan == "current"
     assert w1.handlers == {"hv": "Ready", "proc": "Ready"}
     w2 = next(n for n in halted_report().nodes if n.name == "w2")
@@ -62,7 +67,7 @@ def test_table_shows_the_halt_how_to_resume_and_every_node_not_done() -> None:
         assert any(line.startswith(f"{node} ") for line in lines), node
     node_row = next(line for line in lines if line.startswith("w1 ") and "10.0.20348" in line)
     assert node_row.split() == [
-        "w1", "10.0.20348", "true", "1.7.20", "20348", "current", "hv=Ready", "proc=Ready",
+        "w1", "10.0.20348", "true", "1.7.20", "1.7", "20348", "current", "hv=Ready", "proc=Ready",
     ]  # fmt: skip
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tests.conftest import MakeProfile, profile_document
 from wcow_contract.errors import parse_profile
+from wcow_contract.labels import CONTAINERD_LINE_LABEL, HYPERV_LABEL
 from wcow_operator.render.runtimeclass import render_runtime_class
 
 
@@ -106,3 +107,13 @@ def test_profile_from_a_cluster_owns_its_runtime_class() -> None:
             "blockOwnerDeletion": True,
         }
     ]
+
+
+def test_a_profile_selects_nodes_by_their_capability_labels() -> None:
+    """README "Capability labels": the agents' node.runtime.wcow.dev/ labels are not the
+    managed ready labels, so a profile may select on them; the RuntimeClass carries them."""
+    selector = {HYPERV_LABEL: "true", CONTAINERD_LINE_LABEL: "2.1"}
+    document = profile_document("hv", scheduling={"nodeSelector": selector})
+    node_selector = render_runtime_class(parse_profile(document))["scheduling"]["nodeSelector"]
+    assert {k: node_selector[k] for k in selector} == selector
+    assert node_selector["runtime.wcow.dev/hv"] == "ready"

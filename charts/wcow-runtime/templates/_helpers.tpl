@@ -178,6 +178,16 @@ runtime.wcow.dev/
 {{- end }}
 
 {{/*
+The prefix of the Node labels that say what the agent found on its node (capabilities:
+node.runtime.wcow.dev/hyperv, /containerd-line, /guest-build-<N>; wcow_contract.labels
+NODE_LABEL_PREFIX; a test keeps them equal). Labels only: the agent's annotations stay under
+keyPrefix.
+*/}}
+{{- define "wcow-runtime.nodeLabelPrefix" -}}
+node.runtime.wcow.dev/
+{{- end }}
+
+{{/*
 The pod admission webhook: its Service, the ClusterRole that owns its configurations, and
 (cert-manager) its Certificate and Secret share one name.
 */}}
@@ -204,4 +214,17 @@ group: cert-manager.io
 helm.sh/hook: test
 helm.sh/hook-weight: {{ .weight | quote }}
 helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end }}
+
+{{- /* The uninstall hook (`helm uninstall` only): created in weight order before the run, deleted
+once it succeeded; a failed run's Job stays for `kubectl logs`, and goes before the next one. */ -}}
+{{- define "wcow-runtime.uninstall.hook" -}}
+helm.sh/hook: pre-delete
+helm.sh/hook-weight: {{ .weight | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end }}
+
+{{- define "wcow-runtime.uninstall.labels" -}}
+{{ include "wcow-runtime.labels" . }}
+app.kubernetes.io/component: uninstall
 {{- end }}

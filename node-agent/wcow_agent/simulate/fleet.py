@@ -97,6 +97,8 @@ class FleetOptions:
     startup_taint: str | None = None
     """Register the Nodes with this NoSchedule taint, as a node pool would; each agent
     removes it from its Node (``wcow_agent.startup``)."""
+    pause_image: str | None = None
+    """The agents' ``--pause-image`` (None: they leave the key as the node has it)."""
 
     def names(self) -> list[str]:
         width = len(str(self.nodes))
@@ -147,6 +149,7 @@ class SimulatedAgent:
             log_root=str(self.node.root / "logs"),
             timeouts=Timeouts(restart=self.options.restart_timeout, cri_poll=0.5),
             cancel=self._stop,
+            pause_image=self.options.pause_image,
         )
         run = RunOptions(
             node_name=self.node.name,

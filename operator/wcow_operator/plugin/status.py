@@ -13,7 +13,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
 from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION, AgentStatus, parse_agent_status
-from wcow_contract.labels import GUEST_BUILD_LABEL_PREFIX
+from wcow_contract.labels import (
+    CONTAINERD_LINE_LABEL,
+    GUEST_BUILD_LABEL_PREFIX,
+    HYPERV_LABEL,
+    NODE_LABEL_PREFIX,
+)
 from wcow_contract.plan import PLAN_CONFIGMAP
 from wcow_contract.rollout import ROLLOUT_CONFIGMAP, Rollout, parse_rollout
 from wcow_contract.text import printable
@@ -21,7 +26,7 @@ from wcow_contract.windows_builds import WINDOWS_BUILD_LABEL
 from wcow_operator.reconcile.nodes import node_report
 from wcow_operator.reconcile.rollout import node_state
 
-CAPABILITY_PREFIX: Final = "node.runtime.wcow.dev/"
+CAPABILITY_PREFIX: Final = NODE_LABEL_PREFIX
 CELL: Final = 120  # characters of free text in one table cell
 MAX_PLAN_BYTES: Final = 4 * 1024 * 1024  # a ConfigMap holds at most 1 MiB; leave room
 NO_REPORT: Final = "no-report"
@@ -34,7 +39,10 @@ class NodeLine:
     name: str
     build: str
     hyperv: str
+    """The node's capability label node.runtime.wcow.dev/hyperv (else its agent's report)."""
     containerd: str
+    containerd_line: str
+    """The capability label node.runtime.wcow.dev/containerd-line (what profiles select on)."""
     guest_builds: list[str]
     capabilities: dict[str, str]
     plan: str  # current | older | no-report
@@ -174,8 +182,10 @@ def node_line(
     return NodeLine(
         name=name,
         build=labels.get(WINDOWS_BUILD_LABEL, ""),
-        hyperv="" if status is None else str(status.hyperv_available).lower(),
+        hyperv=_text(labels.get(HYPERV_LABEL))
+        or ("" if status is None else str(status.hyperv_available).lower()),
         containerd="" if status is None else _text(status.containerd_version),
+        containerd_line=_text(labels.get(CONTAINERD_LINE_LABEL)),
         guest_builds=guests,
         capabilities={k: v for k, v in sorted(labels.items()) if k.startswith(CAPABILITY_PREFIX)},
         plan=on_plan,

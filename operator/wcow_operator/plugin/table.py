@@ -79,13 +79,23 @@ def _nodes(report: Report) -> str:
             n.build,
             n.hyperv,
             n.containerd,
+            n.containerd_line,
             ",".join(n.guest_builds),
             n.plan,
             " ".join(f"{h}={s}" for h, s in n.handlers.items()),
         )
         for n in report.nodes
     ]
-    headers = ("NODE", "BUILD", "HYPERV", "CONTAINERD", "GUEST BUILDS", "PLAN", "HANDLERS")
+    headers = (
+        "NODE",
+        "BUILD",
+        "HYPERV",
+        "CONTAINERD",
+        "LINE",
+        "GUEST BUILDS",
+        "PLAN",
+        "HANDLERS",
+    )
     return columns(headers, rows)
 
 
