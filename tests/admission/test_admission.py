@@ -218,6 +218,18 @@ def test_without_bounds_a_fixed_profile_lets_pods_shrink_their_vm_but_not_grow_i
     assert "hcsshim default" in decision.message
 
 
+@pytest.mark.parametrize("request_", ["-1", "1e20000000", False, "lots"])
+def test_a_bad_memory_request_beside_a_limit_is_refused_naming_it(request_: object) -> None:
+    """On a physically backed VM the request is read (to raise it to the limit), though the
+    sizing reads only the limit: a request the API server would refuse is refused with its
+    field, not replaced by the limit nor answered with an error (hypothesis found "-1")."""
+    backed = profiles(profile("hv", vm={**FROM_LIMITS, "fullyPhysicallyBacked": True}))
+    body = pod(containers=[container("a", limits={"memory": "1Gi"}, requests={"memory": request_})])
+    decision = refused(admit(body, backed))
+    assert decision.reason == INVALID_QUANTITY
+    assert decision.message.startswith("spec.containers[a].resources.requests.memory: ")
+
+
 def test_physically_backed_memory_requests_are_set_to_the_limits() -> None:
     backed = profiles(profile("hv", vm={**FROM_LIMITS, "fullyPhysicallyBacked": True}))
     body = pod(

@@ -777,7 +777,8 @@ def _check_fits(
 def _set_memory_requests(pod: dict[str, Any], needs: PodNeeds) -> list[str]:
     """Physically backed VMs commit their memory at start: charge the node for it by making
     memory requests equal to limits (raising a request is always valid; QoS is computed
-    after mutating admission). The pod was walked already: every shape here is valid."""
+    after mutating admission). The pod was walked already: every shape here is valid, and
+    every limit a quantity; a request beside a limit is read only here."""
     spec = _spec(pod)
     holders: list[tuple[str, dict[str, Any]]]
     if needs.source == "pod-level resources":
@@ -795,8 +796,16 @@ def _set_memory_requests(pod: dict[str, Any], needs: PodNeeds) -> list[str]:
         if limit is None:
             continue  # counted by its request already: the node is charged what the VM gets
         request = _resources(holder, "requests", where).get("memory")
-        if request is not None and parse_quantity(request).nanos == parse_quantity(limit).nanos:
-            continue
+        if request is not None:
+            # Not read by the sizing when a limit is there: a request the API server would
+            # refuse is refused here, with its field, rather than replaced or raised on.
+            try:
+                same = parse_quantity(request).nanos == parse_quantity(limit).nanos
+            except QuantityError as error:
+                field = f"{where}.resources.requests.memory"
+                raise _Refusal(INVALID_QUANTITY, f"{field}: {error}") from None
+            if same:
+                continue
         holder["resources"].setdefault("requests", {})
         if holder["resources"]["requests"] is None:
             holder["resources"]["requests"] = {}
