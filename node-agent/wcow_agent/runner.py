@@ -40,7 +40,7 @@ from wcow_agent.cycle import NodeAgent
 from wcow_agent.gate import Pace
 from wcow_agent.images import PULL_TIMEOUT, STATUS_TIMEOUT
 from wcow_agent.metrics import Metrics
-from wcow_agent.startup import judged_every_handler, without_taint
+from wcow_agent.startup import lift_startup_taint
 from wcow_agent.state import StateJournal, load_state, text_hash
 from wcow_agent.uninstall import let_go
 from wcow_agent.watch import ClusterView, RunOptions
@@ -283,28 +283,9 @@ class AgentLoop:
             except ClusterError as error:
                 log.debug("event %s not recorded: %s", reason, error)
         self._last_events = events
-        self._lift_startup_taint(node, report)
-        return None
-
-    def _lift_startup_taint(self, node: NodeObject, report: CycleReport) -> None:
-        """Remove the startup taint once every handler has a verdict (``startup``)."""
-        key = self.options.startup_taint
-        kept = without_taint(node.taints, key) if key else None
-        if kept is None or not judged_every_handler(report):
-            return
-        try:
-            self.cluster.replace_taints(node.name, node.taints, kept)
-        except ClusterError as error:
+        if lift_startup_taint(self.cluster, node, report, self.options.startup_taint):
             self.metrics.cluster_errors.inc()
-            log.warning("cannot remove the startup taint %s from %s: %s", key, node.name, error)
-            return
-        log.info("every handler has a verdict: removed the startup taint %s", key)
-        try:
-            self.cluster.node_event(
-                node, "StartupTaintRemoved", f"every handler has a verdict: removed {key}", False
-            )
-        except ClusterError as error:
-            log.debug("event StartupTaintRemoved not recorded: %s", error)
+        return None
 
     def _log(self, report: CycleReport) -> None:
         for reason, message, warning in report.events:

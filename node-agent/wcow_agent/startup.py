@@ -11,10 +11,14 @@ taints"), so a pending pod does not make it scale up a second node meanwhile.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from wcow_agent.agent import CycleReport
+from wcow_agent.cluster import Cluster, ClusterError, NodeObject
+
+log = logging.getLogger("wcow_agent")
 
 
 def judged_every_handler(report: CycleReport) -> bool:
@@ -29,3 +33,26 @@ def without_taint(taints: Sequence[Mapping[str, Any]], key: str) -> list[Mapping
     """The Node's taints with every taint of ``key`` removed; None when it has none."""
     kept = [taint for taint in taints if taint.get("key") != key]
     return kept if len(kept) != len(taints) else None
+
+
+def lift_startup_taint(
+    cluster: Cluster, node: NodeObject, report: CycleReport, key: str | None
+) -> bool:
+    """Remove the startup taint ``key`` from the Node once every handler has a verdict;
+    True when the API server refused (the next cycle tries again)."""
+    kept = without_taint(node.taints, key) if key else None
+    if kept is None or not judged_every_handler(report):
+        return False
+    try:
+        cluster.replace_taints(node.name, node.taints, kept)
+    except ClusterError as error:
+        log.warning("cannot remove the startup taint %s from %s: %s", key, node.name, error)
+        return True
+    log.info("every handler has a verdict: removed the startup taint %s", key)
+    try:
+        cluster.node_event(
+            node, "StartupTaintRemoved", f"every handler has a verdict: removed {key}", False
+        )
+    except ClusterError as error:
+        log.debug("event StartupTaintRemoved not recorded: %s", error)
+    return False
