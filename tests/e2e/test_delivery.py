@@ -311,7 +311,11 @@ def test_operator_token_has_exactly_its_permissions(install: Install) -> None:
     for verb, group, resource, namespace in [
         ("get", "", "secrets", install.namespace),
         ("list", "", "secrets", None),
-        ("patch", "", "nodes", None),
+        # nodes patch is the drain's (held to spec.unschedulable and its annotation by the
+        # node-cordon policy); pods it may evict, not delete or change
+        ("delete", "", "nodes", None),
+        ("delete", "", "pods", None),
+        ("patch", "", "pods", None),
         ("create", "", "configmaps", "default"),
         ("create", "coordination.k8s.io", "leases", "kube-system"),
         ("delete", GROUP, PLURAL, None),
