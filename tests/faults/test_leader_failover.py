@@ -1,0 +1,167 @@
+"""Two operator replicas with leader election on the real Lease, the leader SIGKILLed in the
+middle of a paced rollout, on the fault suite's control plane with a simulated fleet:
+
+- while the leader lives, the standby writes nothing (its own ``wcow_api_writes_total``: it
+  keeps its caches warm, reads only);
+- after the kill, the standby takes the Lease within the Lease period (plus its retry) and
+  finishes the rollout; no node applied without permission, never more than maxUnavailable
+  at once; the Lease changed hands once (to the standby, acquired after the kill).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from tests.control_plane import ControlPlane
+from tests.e2e.operator_harness import (
+    free_port,
+    installed_crd,
+    metric,
+    namespace,
+    operator_command,
+    profiles_cleaned_up,
+    wait_for,
+)
+from tests.faults.conftest import UNCLOSED_ON_KILL
+from tests.fleet.harness import Operator, View, running_fleet
+from tests.fleet.paced import (
+    MEMORY,
+    apply_windows,
+    fleet_summary,
+    hyperv_on_every_node,
+    new_plan,
+    patch_spec,
+    peak_overlap,
+    reached,
+    read_rollout,
+    until,
+)
+from wcow_operator.k8s.leader import LEASE_SECONDS
+from wcow_operator.rbac import OPERATOR_LEASE
+
+pytestmark = [pytest.mark.e2e, *UNCLOSED_ON_KILL]
+
+NODES = 6
+LIMIT = 2
+
+
+@contextlib.contextmanager
+def replica(
+    kubeconfig: Path, ns: str, name: str, log: Path, *extra: str
+) -> Iterator[tuple[Operator, int]]:
+    """One ``wcow-operator`` replica named ``name`` (its Lease identity) with leader election;
+    yields it and its metrics port."""
+    metrics, health = free_port(), free_port()
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "POD_NAME": name}
+    command = [*operator_command(ns, metrics, health, *extra), "--leader-election"]
+    with log.open("w", encoding="utf-8") as output:
+        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+        try:
+            yield Operator(process, log), metrics
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(timeout=10)
+
+
+def _lease(kube: client.ApiClient, ns: str) -> tuple[str | None, int]:
+    """(holder, transitions) of the operator's Lease; (None, 0) before there is one."""
+    try:
+        spec = client.CoordinationV1Api(kube).read_namespaced_lease(OPERATOR_LEASE, ns).spec
+    except client.exceptions.ApiException:
+        return None, 0
+    return (spec.holder_identity, spec.lease_transitions or 0) if spec else (None, 0)
+
+
+def _acquired(kube: client.ApiClient, ns: str) -> float:
+    spec = client.CoordinationV1Api(kube).read_namespaced_lease(OPERATOR_LEASE, ns).spec
+    assert spec is not None
+    assert spec.acquire_time is not None
+    return float(spec.acquire_time.timestamp())
+
+
+def test_the_leader_killed_mid_rollout_the_standby_takes_over_and_finishes(
+    plane: ControlPlane, kube: client.ApiClient, tmp_path: Path
+) -> None:
+    hv = "faults-failover-hv"
+    kubeconfig = plane.kubeconfig
+    flags = ("--max-unavailable", str(LIMIT), "--rollout-timeout-seconds", "120")
+    with (
+        installed_crd(kube),
+        namespace(kube, "faults-failover") as ns,
+        replica(kubeconfig, ns, "replica-a", tmp_path / "a.log", *flags) as (first, first_port),
+        running_fleet(
+            kubeconfig, tmp_path / "fleet", ns, "faults-l", NODES, canary_seconds=1.5
+        ) as fleet,
+        profiles_cleaned_up(kube, [hv]),
+    ):
+        first.until("replica-a to lead", lambda: _lease(kube, ns)[0] == "replica-a")
+        with replica(kubeconfig, ns, "replica-b", tmp_path / "b.log", *flags) as (
+            standby,
+            standby_port,
+        ):
+            view = View(kube, [fleet])
+            start = hyperv_on_every_node(first, view, kube, ns, hv)
+            since = time.time()
+            patch_spec(kube, hv, {"vm": {"memoryMB": 3072}})
+            change = new_plan(first, kube, ns, start)
+            first.until(
+                "the first nodes in their canaries",
+                lambda: len(apply_windows(fleet.nodes, since)) >= 1,
+            )
+            standby_writes = metric(standby_port, "wcow_api_writes_total")
+            assert standby_writes == 0, "the standby wrote while the leader lived"
+            assert metric(first_port, "wcow_api_writes_total") > 0
+            first.process.kill()
+            killed = time.time()
+            # Read at once: nobody can change the rollout until the standby leads (the Lease
+            # must expire first).
+            rollout = read_rollout(kube, ns)
+            assert rollout is not None
+            allowed = set(rollout.permitted)
+            assert len(allowed) < NODES, "the rollout had finished before the kill"
+            assert _lease(kube, ns)[0] == "replica-a", "the standby led already"
+            wait_for(
+                "replica-b to take the Lease",
+                lambda: _lease(kube, ns)[0] == "replica-b",
+                timeout=LEASE_SECONDS * 3,
+            )
+            # Nothing new is permitted while nobody leads: who began applying before the
+            # standby acquired the Lease (its acquireTime; our poll notices a moment later)
+            # had permission from the old leader.
+            acquired = _acquired(kube, ns)
+            during = {w.node for w in apply_windows(fleet.nodes, killed) if w.start < acquired}
+            assert during <= allowed, f"applied without permission: {sorted(during - allowed)}"
+            until(
+                standby,
+                "the standby finishing the rollout",
+                lambda: reached(view, kube, ns, hv, (MEMORY, 3072)) == change,
+                lambda: fleet_summary(view, kube, ns, hv),
+            )
+            done = time.time()
+            windows = apply_windows(fleet.nodes, since)
+            assert sorted(w.node for w in windows) == sorted(fleet.nodes), windows
+            assert peak_overlap(windows) <= LIMIT, windows
+            # One hand-over: the standby holds it, acquired after the kill, and kept it.
+            assert _lease(kube, ns)[0] == "replica-b"
+            assert _acquired(kube, ns) == acquired > killed
+            assert metric(standby_port, "wcow_api_writes_total") > 0
+            print(
+                f"leader SIGKILLed with {len(allowed)}/{NODES} nodes permitted; the standby "
+                f"led {acquired - killed:.1f} s later (Lease {LEASE_SECONDS} s), wrote nothing "
+                f"before; {len(during)} applied meanwhile; rollout done {done - killed:.1f} s "
+                "after the kill"
+            )
