@@ -3,8 +3,9 @@ labels or annotations before the operator and the agents are deleted. The chart 
 ``pre-delete`` hook (``helm uninstall`` only, never ``helm upgrade``); without Helm, run the
 Job of ``deploy/uninstall/`` before ``kubectl delete -k deploy/``.
 
-1. Delete every profile and wait until they are gone and the operator has written the plan
-   without them (their RuntimeClasses go by garbage collection).
+1. Delete every profile, wait until they are gone and the operator has written the plan
+   without them, and delete the RuntimeClasses they controlled (the garbage collector cannot
+   once the CRD is gone).
 2. Signal the agents: ``runtime.wcow.dev/uninstall`` on the plan ConfigMap. Each agent
    removes its tables, puts the pause image key back, restarts containerd once, deletes its
    files, then removes its labels and annotations from its Node. All nodes at once: a paced
@@ -30,6 +31,7 @@ from wcow_operator.k8s.reader import kubeconfig_client
 from wcow_operator.k8s.uninstaller import UninstallApi
 from wcow_operator.reconcile.uninstall import (
     not_clean,
+    owned_runtime_classes,
     plan_handlers,
     report,
     signal_of,
@@ -99,6 +101,7 @@ class Uninstall:
     def run(self) -> int:
         if not self.delete_profiles() or not self.signal():
             return EXIT_FAILED
+        self.delete_runtime_classes()
         total, left = self.wait_clean()
         if left:
             for line in report(left, total):
@@ -131,6 +134,16 @@ class Uninstall:
                 self.say(f"error: {waiting}: is wcow-operator running?")
                 return False
             self.sleep(POLL_SECONDS)
+
+    def delete_runtime_classes(self) -> None:
+        """The RuntimeClasses the deleted profiles controlled. The garbage collector deletes
+        them too, on its own time; but once `helm uninstall` deleted the CRD it can no longer
+        tell that their owner is gone, and they would stay."""
+        owned = owned_runtime_classes(self.api.runtime_classes())
+        for name, uid in owned:
+            self.api.delete_runtime_class(name, uid)
+        if owned:
+            self.say(f"deleted {len(owned)} RuntimeClass(es) of the deleted profiles")
 
     def signal(self) -> bool:
         """Annotate the plan ConfigMap (again after a conflict with the operator's write)."""

@@ -38,6 +38,7 @@ class FakeApi:
         self.writes: list[dict[str, Any]] = []
         self.conflicts = 1
         self.log: list[str] = []
+        self.deleted_classes: list[tuple[str, str]] = []
 
     def profiles(self) -> list[dict[str, Any]]:
         left = [{"metadata": {"name": n}} for n in self._profiles]
@@ -62,6 +63,19 @@ class FakeApi:
         if SIGNAL in body["metadata"]["annotations"]:
             self.polls_since_signal = 0
         return body
+
+    def runtime_classes(self) -> list[dict[str, Any]]:
+        owner = {"apiVersion": "runtime.wcow.dev/v1alpha1", "kind": "WindowsRuntimeProfile"}
+        return [
+            {"metadata": {"name": "hv", "uid": "u1", "ownerReferences": [
+                {**owner, "name": "hv", "uid": "p1", "controller": True}]}},
+            {"metadata": {"name": "runhcs-wcow-process", "uid": "u2"}},  # not ours
+            {"metadata": {"name": "other", "uid": "u3", "ownerReferences": [
+                {**owner, "name": "x", "uid": "p3"}]}},  # a reference, not the controller
+        ]  # fmt: skip
+
+    def delete_runtime_class(self, name: str, uid: str) -> None:
+        self.deleted_classes.append((name, uid))
 
     def windows_nodes(self, metadata_only: bool = False) -> list[dict[str, Any]]:
         if self.polls_since_signal is not None:
@@ -108,6 +122,9 @@ def test_profiles_go_then_the_signal_then_every_node_is_clean(
     code, out = run(api, 60, capsys)
     assert code == 0, out
     assert sorted(api.deleted) == ["hv", "proc"]
+    # Once the CRD is gone the garbage collector cannot tell their owner is gone: deleted
+    # here, only those a profile controls.
+    assert api.deleted_classes == [("hv", "u1")]
     assert api.writes[0]["metadata"]["annotations"][SIGNAL]  # after one conflict, read again
     assert SIGNAL not in api.config_map["metadata"]["annotations"], "taken off after success"
     assert "1/3 Windows node(s) clean" in out

@@ -33,7 +33,7 @@ from deploy.generate import CHART
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.operator_harness import GROUP, PLURAL, VERSION, profile
+from tests.e2e.operator_harness import GROUP, PLURAL, VERSION, profile, wait_for
 from tests.e2e.test_delivery import (
     _crd_exists,
     _server_supports_policy,
@@ -240,7 +240,13 @@ def test_helm_uninstall_leaves_every_node_as_before_the_agents(
                 assert _node_dirt(view, fleet, name) == [], (name, output)
             for name in names:
                 assert view.profile(name) is None
-                assert view.runtime_class(name) is None
+                # The garbage collector deletes it, by its controller reference, on its own
+                # time (profiles carry no finalizer that would hold them until then).
+                wait_for(
+                    f"RuntimeClass {name} gone",
+                    lambda n=name: view.runtime_class(n) is None,
+                    timeout=60,
+                )
             # The agents, still running here, stay idle: nothing comes back.
             time.sleep(4)
             for name in view.names:

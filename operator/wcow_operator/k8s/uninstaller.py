@@ -19,6 +19,7 @@ from wcow_operator.k8s.transport import TransportError, api_error
 
 UNINSTALL_PERMISSIONS: dict[str, list[Permission]] = {
     "profiles": [(GROUP, PLURAL, "list", "cluster", None)],
+    "runtime_classes": [("node.k8s.io", "runtimeclasses", "list", "cluster", None)],
     "windows_nodes": [("", "nodes", "list", "cluster", None)],
 }
 
@@ -41,6 +42,16 @@ class UninstallApi(ClusterReader):
             self._json("DELETE", f"/apis/{GROUP}/{VERSION}/{PLURAL}/{name}")
         except ApiError as error:
             if error.status != 404:  # already gone: what we wanted
+                raise
+
+    @calls(("node.k8s.io", "runtimeclasses", "delete", "cluster", None))
+    def delete_runtime_class(self, name: str, uid: str) -> None:
+        """Delete it if it is still that object (a uid precondition)."""
+        options = {"preconditions": {"uid": uid}}
+        try:
+            self._json("DELETE", f"/apis/node.k8s.io/v1/runtimeclasses/{name}", options)
+        except ApiError as error:
+            if error.status not in (404, 409):  # gone, or another object by now
                 raise
 
     @calls(("", "configmaps", "list", "namespace", PLAN_CONFIGMAP))

@@ -12,6 +12,7 @@ from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_contract.plan import PLAN_KEY
 from wcow_contract.text import printable
 from wcow_contract.uninstall import UNINSTALL_ANNOTATION, UNINSTALL_ERROR_ANNOTATION, leftovers
+from wcow_contract.v1alpha1 import GROUP, KIND
 
 MAX_LISTED: Final = 50  # nodes named in the report; the rest are counted
 
@@ -80,3 +81,20 @@ def report(left: Mapping[str, str], total: int) -> list[str]:
         "NODE_NAME set to remove its labels), or fix it and run the uninstall again."
     )
     return lines
+
+
+def owned_runtime_classes(runtime_classes: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(name, uid) of each RuntimeClass a WindowsRuntimeProfile controls (its controller
+    reference), which are the operator's: run once the profiles are gone."""
+    found = []
+    for runtime_class in runtime_classes:
+        metadata = runtime_class.get("metadata") or {}
+        for reference in metadata.get("ownerReferences") or []:
+            if (
+                reference.get("controller")
+                and reference.get("kind") == KIND
+                and str(reference.get("apiVersion", "")).split("/")[0] == GROUP
+            ):
+                found.append((str(metadata.get("name")), str(metadata.get("uid"))))
+                break
+    return sorted(found)
