@@ -9,9 +9,9 @@ plane (built by `make control-plane`) for the duration.
    (as `kubectl apply -f` of N objects would), and times until every RuntimeClass exists and
    every profile reports Valid=True.
 2. The floor: server-side applies the same N RuntimeClasses directly, one by one.
-3. Prints the ratio (target <= 2) and the operator's writes per profile, by kind, then counts the operator's API writes during a quiet
-   period (target 0, from its wcow_api_writes_total metric) and its peak RSS (target
-   < 150 MiB, VmHWM from /proc).
+3. Prints the ratio (target <= 2) and the operator's writes per profile, by kind, then
+   counts the operator's API writes during a quiet period (target 0, from its
+   wcow_api_writes_total metric) and its peak RSS (target < 150 MiB, VmHWM from /proc).
 Everything it creates is deleted at the end. Run it on a test cluster with no other
 wcow-operator.
 """
@@ -172,9 +172,7 @@ def run(args: argparse.Namespace, kubeconfig: Path) -> None:
     print(f"profiles:                      {args.profiles}")
     print(f"operator converge (apply+wait): {operator_seconds:8.2f} s")
     print(f"floor (server-side apply RCs):  {floor_seconds:8.2f} s")
-    print(
-        f"ratio operator/floor:           {operator_seconds / floor_seconds:8.2f}   target <= 2"
-    )
+    print(f"ratio operator/floor:           {operator_seconds / floor_seconds:8.2f}   target <= 2")
     print(f"passes until converged:         {passes:8.0f}   ({pass_seconds:.2f} s in passes)")
     print(f"API writes until converged:     {writes:8.0f}")
     print(f"API writes per profile:         {writes / args.profiles:8.2f}")
