@@ -11,14 +11,30 @@ must list again, as after a day of uptime in production.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from kubernetes import client, config
 
 from tests.conftest import _unavailable
 from tests.control_plane import BUILD_SCRIPT, ROOT, ControlPlane, missing_binaries, running
+from tests.e2e.operator_harness import installed_crd, namespace, profiles_cleaned_up
+from tests.fleet.harness import Operator, View, running_fleet, running_operator
+from tests.fleet.paced import (
+    MEMORY,
+    apply_windows,
+    fleet_summary,
+    hyperv_on_every_node,
+    new_plan,
+    patch_spec,
+    reached,
+)
+from wcow_agent.simulate.fleet import Fleet
 
 COMPACTION_INTERVAL = "10s"
 
@@ -54,3 +70,61 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 def kube(plane: ControlPlane) -> client.ApiClient:
     """A client of the fault suite's control plane (shadows the session's ``kube``)."""
     return config.new_client_from_config(str(plane.kubeconfig))
+
+
+@dataclass
+class PacedChange:
+    """A fleet on the fault suite's control plane, its operator, and a change rolling out:
+    the HyperV profile ``hv`` went to every node at 2048 MB, then was changed to 3072 MB, and
+    the first node has begun applying it (``since``: when the change was made)."""
+
+    operator: Operator
+    fleet: Fleet
+    kube: client.ApiClient
+    view: View
+    ns: str
+    hv: str
+    change: str
+    since: float
+
+    def explain(self) -> str:
+        return fleet_summary(self.view, self.kube, self.ns, self.hv)
+
+    def finished(self) -> bool:
+        """Every node runs the change and the profile says RolledOut for it."""
+        return reached(self.view, self.kube, self.ns, self.hv, (MEMORY, 3072)) == self.change
+
+
+@contextlib.contextmanager
+def paced_change(
+    plane: ControlPlane,
+    kube: client.ApiClient,
+    workdir: Path,
+    name: str,
+    nodes: int,
+    *flags: str,
+    canary_seconds: float = 1.0,
+) -> Iterator[PacedChange]:
+    """Namespace, CRD, operator (``flags``) and ``nodes`` simulated nodes named after
+    ``name``; yields once the change rolls out (see ``PacedChange``)."""
+    hv = f"{name}-hv"
+    with (
+        installed_crd(kube),
+        namespace(kube, name) as ns,
+        running_operator(plane.kubeconfig, ns, workdir / "operator.log", *flags) as operator,
+        running_fleet(
+            plane.kubeconfig, workdir / "fleet", ns, f"{name}-", nodes,
+            canary_seconds=canary_seconds,
+        ) as fleet,
+        profiles_cleaned_up(kube, [hv]),
+    ):  # fmt: skip
+        view = View(kube, [fleet])
+        start = hyperv_on_every_node(operator, view, kube, ns, hv)
+        since = time.time()
+        patch_spec(kube, hv, {"vm": {"memoryMB": 3072}})
+        change = new_plan(operator, kube, ns, start)
+        operator.until(
+            "the first nodes in their canaries",
+            lambda: len(apply_windows(fleet.nodes, since)) >= 1,
+        )
+        yield PacedChange(operator, fleet, kube, view, ns, hv, change, since)

@@ -11,35 +11,15 @@ fleet on the fault suite's control plane:
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from tests.control_plane import ControlPlane
-from tests.e2e.operator_harness import (
-    GROUP,
-    PLURAL,
-    VERSION,
-    installed_crd,
-    namespace,
-    profiles_cleaned_up,
-    read_plan,
-)
-from tests.fleet.harness import View, running_fleet, running_operator
-from tests.fleet.paced import (
-    MEMORY,
-    applied_hash,
-    apply_windows,
-    fleet_summary,
-    hyperv_on_every_node,
-    new_plan,
-    patch_spec,
-    peak_overlap,
-    read_rollout,
-    until,
-)
+from tests.e2e.operator_harness import GROUP, PLURAL, VERSION, read_plan
+from tests.faults.conftest import paced_change
+from tests.fleet.paced import MEMORY, applied_hash, apply_windows, peak_overlap, read_rollout, until
 from wcow_contract.labels import ready_label
 
 pytestmark = pytest.mark.e2e
@@ -52,35 +32,19 @@ FLAGS = ("--max-unavailable", str(LIMIT), "--rollout-timeout-seconds", "120")
 def test_a_node_deleted_while_applying_frees_its_slot_and_the_rest_finish(
     plane: ControlPlane, kube: client.ApiClient, tmp_path: Path
 ) -> None:
-    hv = "faults-gone-node"
-    kubeconfig = plane.kubeconfig
-    with (
-        installed_crd(kube),
-        namespace(kube, "faults-gone-node") as ns,
-        running_operator(kubeconfig, ns, tmp_path / "operator.log", *FLAGS) as operator,
-        running_fleet(
-            kubeconfig, tmp_path / "fleet", ns, "faults-g", NODES, canary_seconds=2.0
-        ) as fleet,
-        profiles_cleaned_up(kube, [hv]),
-    ):
-        view = View(kube, [fleet])
-        start = hyperv_on_every_node(operator, view, kube, ns, hv)
-        since = time.time()
-        patch_spec(kube, hv, {"vm": {"memoryMB": 3072}})
-        change = new_plan(operator, kube, ns, start)
-        first = operator.until(
-            "a node in its canaries",
-            lambda: (w := apply_windows(fleet.nodes, since)) and w[0].node,
-        )
+    with paced_change(
+        plane, kube, tmp_path, "faults-gone-node", NODES, *FLAGS, canary_seconds=2.0
+    ) as paced:
+        first = apply_windows(paced.fleet.nodes, paced.since)[0].node
         client.CoreV1Api(kube).delete_node(first)
-        rest = sorted(set(fleet.nodes) - {first})
+        rest = sorted(set(paced.fleet.nodes) - {first})
+        view, hv = paced.view, paced.hv
 
         def finished() -> bool:
-            body = view.profile(hv) or {}
-            status = body.get("status") or {}
-            rollout = read_rollout(kube, ns)
+            status = (view.profile(hv) or {}).get("status") or {}
+            rollout = read_rollout(kube, paced.ns)
             return (
-                all(applied_hash(view, n) == change for n in rest)
+                all(applied_hash(view, n) == paced.change for n in rest)
                 and all(
                     (view.disk_runtimes(n).get(hv) or {}).get("options", {}).get(MEMORY) == 3072
                     for n in rest
@@ -90,59 +54,33 @@ def test_a_node_deleted_while_applying_frees_its_slot_and_the_rest_finish(
                 and first not in rollout.permitted
             )
 
-        until(
-            operator,
-            f"every node but {first} on the change, its slot freed",
-            finished,
-            lambda: fleet_summary(view, kube, ns, hv),
-        )
+        until(paced.operator, f"every node but {first} on the change, its slot freed",
+              finished, paced.explain)  # fmt: skip
         # The deleted Node's host finishes its step unseen (a real one would be gone); the
         # nodes the rollout still counts never exceed maxUnavailable.
-        windows = [w for w in apply_windows(fleet.nodes, since) if w.node != first]
+        windows = [w for w in apply_windows(paced.fleet.nodes, paced.since) if w.node != first]
         assert sorted(w.node for w in windows) == rest, windows
         assert peak_overlap(windows) <= LIMIT
-        assert operator.process.poll() is None, operator.excerpt()
+        assert paced.operator.process.poll() is None, paced.operator.excerpt()
 
 
 def test_a_profile_deleted_mid_rollout_leaves_no_table_label_or_class(
     plane: ControlPlane, kube: client.ApiClient, tmp_path: Path
 ) -> None:
-    hv = "faults-gone-profile"
-    kubeconfig = plane.kubeconfig
-    with (
-        installed_crd(kube),
-        namespace(kube, "faults-gone-profile") as ns,
-        running_operator(kubeconfig, ns, tmp_path / "operator.log", *FLAGS) as operator,
-        running_fleet(
-            kubeconfig, tmp_path / "fleet", ns, "faults-p", NODES, canary_seconds=1.0
-        ) as fleet,
-        profiles_cleaned_up(kube, [hv]),
-    ):
-        view = View(kube, [fleet])
-        start = hyperv_on_every_node(operator, view, kube, ns, hv)
-        since = time.time()
-        patch_spec(kube, hv, {"vm": {"memoryMB": 3072}})
-        new_plan(operator, kube, ns, start)
-        operator.until(
-            "the first nodes in their canaries",
-            lambda: len(apply_windows(fleet.nodes, since)) >= 1,
-        )
+    with paced_change(plane, kube, tmp_path, "faults-gone-profile", NODES, *FLAGS) as paced:
+        view, hv, nodes = paced.view, paced.hv, paced.fleet.nodes
         client.CustomObjectsApi(kube).delete_cluster_custom_object(GROUP, VERSION, PLURAL, hv)
 
         def gone_everywhere() -> bool:
-            plan = read_plan(kube, ns) or {}
+            plan = read_plan(kube, paced.ns) or {}
             return (
                 hv not in (plan.get("handlers") or {"?": 0})
-                and all(hv not in view.disk_runtimes(n) for n in fleet.nodes)
-                and all(ready_label(hv) not in view.labels(n) for n in fleet.nodes)
+                and all(hv not in view.disk_runtimes(n) for n in nodes)
+                and all(ready_label(hv) not in view.labels(n) for n in nodes)
                 and view.runtime_class(hv) is None
             )
 
-        until(
-            operator,
-            f"{hv}'s table, label and RuntimeClass gone",
-            gone_everywhere,
-            lambda: fleet_summary(view, kube, ns, hv),
-        )
-        assert peak_overlap(apply_windows(fleet.nodes, since)) <= LIMIT
-        assert operator.process.poll() is None, operator.excerpt()
+        until(paced.operator, f"{hv}'s table, label and RuntimeClass gone", gone_everywhere,
+              paced.explain)  # fmt: skip
+        assert peak_overlap(apply_windows(nodes, paced.since)) <= LIMIT
+        assert paced.operator.process.poll() is None, paced.operator.excerpt()

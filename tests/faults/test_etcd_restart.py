@@ -21,21 +21,8 @@ import pytest
 from kubernetes import client
 
 from tests.control_plane import ControlPlane
-from tests.e2e.operator_harness import installed_crd, namespace, profiles_cleaned_up
-from tests.faults.conftest import UNCLOSED_ON_KILL
-from tests.fleet.harness import View, running_fleet, running_operator
-from tests.fleet.paced import (
-    MEMORY,
-    apply_windows,
-    fleet_summary,
-    hyperv_on_every_node,
-    new_plan,
-    patch_spec,
-    peak_overlap,
-    reached,
-    read_rollout,
-    until,
-)
+from tests.faults.conftest import UNCLOSED_ON_KILL, paced_change
+from tests.fleet.paced import apply_windows, peak_overlap, read_rollout, until
 from wcow_operator.k8s.leader import LEASE_SECONDS
 from wcow_operator.rbac import OPERATOR_LEASE
 
@@ -46,43 +33,22 @@ LIMIT = 2
 OUTAGE_SECONDS = 5.0  # well inside the renew deadline (leader.RENEW_DEADLINE_SECONDS)
 
 
-def _holder(kube: client.ApiClient, ns: str) -> tuple[str | None, int | None]:
-    lease = client.CoordinationV1Api(kube).read_namespaced_lease(OPERATOR_LEASE, ns)
-    spec = lease.spec
-    return (spec.holder_identity, spec.lease_transitions) if spec else (None, None)
+def _holder(kube: client.ApiClient, ns: str) -> str | None:
+    spec = client.CoordinationV1Api(kube).read_namespaced_lease(OPERATOR_LEASE, ns).spec
+    return spec.holder_identity if spec else None
 
 
 def test_etcd_killed_mid_rollout_the_leader_keeps_its_lease_and_finishes(
     plane: ControlPlane, kube: client.ApiClient, tmp_path: Path
 ) -> None:
-    hv = "faults-etcd-hv"
-    kubeconfig = plane.kubeconfig
     flags = (
         "--max-unavailable", str(LIMIT), "--rollout-timeout-seconds", "120",
         "--leader-election",  # the harness turns it off; production runs with it
     )  # fmt: skip
-    with (
-        installed_crd(kube),
-        namespace(kube, "faults-etcd") as ns,
-        running_operator(kubeconfig, ns, tmp_path / "operator.log", *flags) as operator,
-        running_fleet(
-            kubeconfig, tmp_path / "fleet", ns, "faults-e", NODES, canary_seconds=1.0
-        ) as fleet,
-        profiles_cleaned_up(kube, [hv]),
-    ):
-        view = View(kube, [fleet])
-        start = hyperv_on_every_node(operator, view, kube, ns, hv)
-        leader = _holder(kube, ns)
-        assert leader[0], "the operator holds no Lease"
-
-        since = time.time()
-        patch_spec(kube, hv, {"vm": {"memoryMB": 3072}})
-        change = new_plan(operator, kube, ns, start)
-        operator.until(
-            "the first nodes in their canaries",
-            lambda: len(apply_windows(fleet.nodes, since)) >= 1,
-        )
-        rollout = read_rollout(kube, ns)
+    with paced_change(plane, kube, tmp_path, "faults-etcd", NODES, *flags) as paced:
+        leader = _holder(kube, paced.ns)
+        assert leader, "the operator holds no Lease"
+        rollout = read_rollout(kube, paced.ns)
         assert rollout is not None
         allowed = set(rollout.permitted)
         plane.kill("etcd")
@@ -91,22 +57,18 @@ def test_etcd_killed_mid_rollout_the_leader_keeps_its_lease_and_finishes(
         restart_seconds = plane.restart("etcd")
         back = time.time()
         # Nothing can be permitted while etcd is down: who applied then had permission before.
-        during = {w.node for w in apply_windows(fleet.nodes, killed) if w.start <= back}
+        during = {w.node for w in apply_windows(paced.fleet.nodes, killed) if w.start <= back}
         assert during <= allowed, f"applied without permission: {sorted(during - allowed)}"
 
-        until(
-            operator,
-            "the rollout finished after etcd came back",
-            lambda: reached(view, kube, ns, hv, (MEMORY, 3072)) == change,
-            lambda: fleet_summary(view, kube, ns, hv),
-        )
+        until(paced.operator, "the rollout finished after etcd came back", paced.finished,
+              paced.explain)  # fmt: skip
         done = time.time()
-        windows = apply_windows(fleet.nodes, since)
-        assert sorted(w.node for w in windows) == sorted(fleet.nodes), windows
+        windows = apply_windows(paced.fleet.nodes, paced.since)
+        assert sorted(w.node for w in windows) == sorted(paced.fleet.nodes), windows
         assert peak_overlap(windows) <= LIMIT, windows
-        assert operator.process.poll() is None, operator.excerpt()
-        assert _holder(kube, ns) == leader, "the Lease changed hands: a second leader"
-        assert "Traceback" not in Path(tmp_path / "operator.log").read_text(encoding="utf-8")
+        assert paced.operator.process.poll() is None, paced.operator.excerpt()
+        assert _holder(kube, paced.ns) == leader, "the Lease changed hands: a second leader"
+        assert "Traceback" not in (tmp_path / "operator.log").read_text(encoding="utf-8")
         print(
             f"etcd down {OUTAGE_SECONDS:.0f} s (Lease {LEASE_SECONDS} s), healthy "
             f"{restart_seconds:.1f} s after its start; {len(allowed)}/{NODES} permitted at the "
