@@ -118,13 +118,21 @@ def paced_change(
         ) as fleet,
         profiles_cleaned_up(kube, [hv]),
     ):  # fmt: skip
-        view = View(kube, [fleet])
-        start = hyperv_on_every_node(operator, view, kube, ns, hv)
-        since = time.time()
-        patch_spec(kube, hv, {"vm": {"memoryMB": 3072}})
-        change = new_plan(operator, kube, ns, start)
-        operator.until(
-            "the first nodes in their canaries",
-            lambda: len(apply_windows(fleet.nodes, since)) >= 1,
-        )
-        yield PacedChange(operator, fleet, kube, view, ns, hv, change, since)
+        yield start_change(operator, fleet, kube, ns, hv)
+
+
+def start_change(
+    operator: Operator, fleet: Fleet, kube: client.ApiClient, ns: str, hv: str
+) -> PacedChange:
+    """``hv`` at 2048 MB on every node, then changed to 3072 MB until the first node is in
+    its canaries."""
+    view = View(kube, [fleet])
+    start = hyperv_on_every_node(operator, view, kube, ns, hv)
+    since = time.time()
+    patch_spec(kube, hv, {"vm": {"memoryMB": 3072}})
+    change = new_plan(operator, kube, ns, start)
+    operator.until(
+        "the first nodes in their canaries",
+        lambda: len(apply_windows(fleet.nodes, since)) >= 1,
+    )
+    return PacedChange(operator, fleet, kube, view, ns, hv, change, since)

@@ -31,15 +31,12 @@ from tests.e2e.operator_harness import (
     profiles_cleaned_up,
     wait_for,
 )
-from tests.faults.conftest import UNCLOSED_ON_KILL
-from tests.fleet.harness import Operator, View, running_fleet
+from tests.faults.conftest import UNCLOSED_ON_KILL, start_change
+from tests.fleet.harness import Operator, running_fleet
 from tests.fleet.paced import (
     MEMORY,
     apply_windows,
     fleet_summary,
-    hyperv_on_every_node,
-    new_plan,
-    patch_spec,
     peak_overlap,
     reached,
     read_rollout,
@@ -113,15 +110,8 @@ def test_the_leader_killed_mid_rollout_the_standby_takes_over_and_finishes(
             standby,
             standby_port,
         ):
-            view = View(kube, [fleet])
-            start = hyperv_on_every_node(first, view, kube, ns, hv)
-            since = time.time()
-            patch_spec(kube, hv, {"vm": {"memoryMB": 3072}})
-            change = new_plan(first, kube, ns, start)
-            first.until(
-                "the first nodes in their canaries",
-                lambda: len(apply_windows(fleet.nodes, since)) >= 1,
-            )
+            paced = start_change(first, fleet, kube, ns, hv)
+            view, since, change = paced.view, paced.since, paced.change
             standby_writes = metric(standby_port, "wcow_api_writes_total")
             assert standby_writes == 0, "the standby wrote while the leader lived"
             assert metric(first_port, "wcow_api_writes_total") > 0

@@ -23,14 +23,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from wcow_contract.labels import HYPERV_LABEL, NODE_LABEL_PREFIX
 from wcow_contract.v1alpha1 import ARCH_LABEL, OS_LABEL, READY_LABEL_PREFIX
 from wcow_contract.v1alpha1 import WindowsRuntimeProfile as Profile
 from wcow_contract.windows_builds import WINDOWS_BUILD_LABEL, WindowsBuild, isolation_refusal
 from wcow_operator.render.runtimeclass import node_selector
 
 SetBy = Literal["kubelet", "agent", "agent-capability", "node-group"]
-HYPERV_LABEL = "node.runtime.wcow.dev/hyperv"
-CAPABILITY_PREFIX = "node.runtime.wcow.dev/"
 AWS_LABEL_TAG = "k8s.io/cluster-autoscaler/node-template/label/"
 AZURE_LABEL_TAG = "k8s.io_cluster-autoscaler_node-template_label_"
 CAPI_LABELS_ANNOTATION = "capacity.cluster-autoscaler.kubernetes.io/labels"
@@ -89,7 +88,7 @@ def set_by(key: str) -> SetBy:
         return "kubelet"
     if key.startswith(READY_LABEL_PREFIX):
         return "agent"
-    if key.startswith(CAPABILITY_PREFIX):
+    if key.startswith(NODE_LABEL_PREFIX):
         return "agent-capability"
     return "node-group"
 
