@@ -221,9 +221,14 @@ def start(settings: OperatorSettings, webhook: Webhook | None, supervisor: Super
     runner = Runner(controller, settings.resync_seconds, settings.debounce_seconds)
     cache.on_change = runner.trigger
     cache.on_report = runner.reported
-    admission = admission_parts(webhook, api_client, cache, metrics, settings) if webhook else None
+    draining = threading.Event()  # the replica terminates: unready, admissions close
+    admission = (
+        admission_parts(webhook, api_client, cache, metrics, settings, draining=draining)
+        if webhook
+        else None
+    )
     keeper = admission.keeper if admission is not None else None
-    probes = Probes(runner, threading.Event(), keeper, settings.resync_seconds)
+    probes = Probes(runner, threading.Event(), keeper, settings.resync_seconds, draining)
     health = HealthServer(settings.health_port, probes.live, probes.ready)
     health.start()
     serve_http("health", supervisor, health.thread)
@@ -296,7 +301,7 @@ class Admission:
 
 def admission_parts(
     webhook: Webhook, api_client: Any, cache: ClusterCache, metrics: Metrics,
-    settings: OperatorSettings,
+    settings: OperatorSettings, *, draining: threading.Event,
 ) -> Admission:  # fmt: skip
     index = ProfileIndex(cache.profile_bodies)
     configurations = WebhookConfigurations(api_client)
@@ -305,7 +310,7 @@ def admission_parts(
     images, secret = image_checks(settings, api_client, admission_metrics)
     server = AdmissionServer(
         webhook.settings, webhook.certificate, index.current,
-        admission_metrics, synced=cache.synced, images=images,
+        admission_metrics, synced=cache.synced, draining=draining, images=images,
     )  # fmt: skip
     return Admission(webhook, keeper, server, secret)
 
