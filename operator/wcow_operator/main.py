@@ -114,6 +114,7 @@ class Probes:
     keeper: WebhookKeeper | None
     resync_seconds: float
     draining: threading.Event = field(default_factory=threading.Event)
+    webhook_port: int | None = None  # with the webhook: ready only once it accepts calls
 
     def live(self) -> tuple[bool, str]:
         # A reconciler stuck for several resync periods is not alive; standby replicas are.
@@ -129,10 +130,23 @@ class Probes:
         # the profiles and the API server trusts its certificate.
         if self.keeper is not None and not self.keeper.published.is_set():
             return False, "the API server does not trust this replica's webhook certificate yet"
+        if self.webhook_port is not None and not accepts(self.webhook_port):
+            # kopf listens only once it has logged in and started: a Service sending calls
+            # here before that gets them refused, and the API server refuses the pods.
+            return False, "the webhook server does not accept connections yet"
         if not self.leading.is_set():
             return True, "standby"
         ok = self.runner.last_pass_ok is not None
         return ok, "ok" if ok else "no successful reconcile yet"
+
+
+def accepts(port: int) -> bool:
+    """Something accepts TCP connections on this host's ``port``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -228,7 +242,10 @@ def start(settings: OperatorSettings, webhook: Webhook | None, supervisor: Super
         else None
     )
     keeper = admission.keeper if admission is not None else None
-    probes = Probes(runner, threading.Event(), keeper, settings.resync_seconds, draining)
+    probes = Probes(
+        runner, threading.Event(), keeper, settings.resync_seconds, draining,
+        webhook.settings.port if webhook else None,
+    )  # fmt: skip
     health = HealthServer(settings.health_port, probes.live, probes.ready)
     health.start()
     serve_http("health", supervisor, health.thread)

@@ -1,7 +1,8 @@
-"""kopf's webhook server as the operator runs it (``ClosingWhenDraining``), over real HTTP:
-answers keep their connection open until the replica drains, then each says
-``Connection: close`` and closes it, so a caller holding a pooled connection opens its next
-one through the Service (tests/faults/test_webhook_restart.py is the whole story)."""
+"""How a replica's webhook starts and stops serving, over real sockets: kopf's server as the
+operator runs it (``ClosingWhenDraining``) keeps its connections open until the replica
+drains, then each answer says ``Connection: close``, so a caller holding a pooled connection
+opens its next one through the Service; and the replica is ready only once its webhook
+accepts connections (tests/faults/test_webhook_restart.py is the whole story)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,21 @@ import asyncio
 import contextlib
 import http.client
 import json
+import socket
 import threading
+import time
 from collections.abc import Iterator
-from typing import Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
 from tests.e2e.operator_harness import free_port
 from wcow_operator.handlers.webhook_server import ClosingWhenDraining
+from wcow_operator.main import Probes
+
+if TYPE_CHECKING:
+    from wcow_operator.controller.controller import Runner
 
 
 async def _answer(_: Any, **__: Any) -> dict[str, Any]:
@@ -77,3 +85,16 @@ def test_answers_close_their_connection_once_draining(
         assert last.will_close
     finally:
         connection.close()
+
+
+def test_a_replica_is_ready_only_once_its_webhook_accepts_connections() -> None:
+    """Found by tests/faults/test_webhook_restart.py: a restarted replica said ready before
+    kopf listened, the Service sent it calls, and the API server refused the pods."""
+    port = free_port()
+    runner = cast("Runner", SimpleNamespace(heartbeat=time.monotonic(), last_pass_ok=None))
+    probes = Probes(runner, threading.Event(), None, 300.0, webhook_port=port)
+    assert probes.ready() == (False, "the webhook server does not accept connections yet")
+    with socket.create_server(("127.0.0.1", port)):
+        assert probes.ready() == (True, "standby")
+    probes.draining.set()
+    assert probes.ready() == (False, "shutting down")

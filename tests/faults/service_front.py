@@ -57,6 +57,8 @@ class ServiceFront:
         self.no_endpoint = 0  # connections reset because no replica was ready
         self._next = 0
         self._loop = asyncio.new_event_loop()
+        self._closing = asyncio.Event()
+        self._handlers: set[asyncio.Task[None]] = set()
         self._stop = threading.Event()
         self._started = threading.Event()
         self._threads = [
@@ -71,14 +73,21 @@ class ServiceFront:
             self._stop.wait(PROBE_SECONDS)
 
     def _serve(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        server = self._loop.run_until_complete(
-            asyncio.start_server(self._handle, "127.0.0.1", 0, limit=CHUNK)
-        )
+        try:
+            self._loop.run_until_complete(self._main())
+        finally:
+            self._loop.close()
+
+    async def _main(self) -> None:
+        server = await asyncio.start_server(self._handle, "127.0.0.1", 0, limit=CHUNK)
         self.port = int(server.sockets[0].getsockname()[1])
         self._started.set()
-        self._loop.run_forever()
+        await self._closing.wait()
         server.close()
+        for task in self._handlers:
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await server.wait_closed()
 
     def _pick(self) -> Endpoint | None:
         ready = [e for e in self.endpoints.values() if e.ready]
@@ -88,6 +97,16 @@ class ServiceFront:
         return ready[self._next % len(ready)]
 
     async def _handle(self, caller: asyncio.StreamReader, back: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            await self._forward(caller, back)
+        finally:
+            back.close()
+            self._handlers.discard(task)
+
+    async def _forward(self, caller: asyncio.StreamReader, back: asyncio.StreamWriter) -> None:
         endpoint = self._pick()
         if endpoint is None:
             self.no_endpoint += 1
@@ -105,19 +124,18 @@ class ServiceFront:
             await asyncio.gather(_pipe(caller, writer), _pipe(reader, back))
         finally:
             endpoint.open -= 1
-            for side in (writer, back):
-                side.close()
+            writer.close()
 
     @contextlib.contextmanager
     def running(self) -> Iterator[ServiceFront]:
         for thread in self._threads:
             thread.start()
-        self._started.wait(10)
+        assert self._started.wait(10), "the front did not start"
         try:
             yield self
         finally:
             self._stop.set()
-            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop.call_soon_threadsafe(self._closing.set)
             for thread in self._threads:
                 thread.join(timeout=10)
 
