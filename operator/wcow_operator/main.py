@@ -114,6 +114,7 @@ class Probes:
     keeper: WebhookKeeper | None
     resync_seconds: float
     draining: threading.Event = field(default_factory=threading.Event)
+    webhook_port: int | None = None  # with the webhook: ready only once it accepts calls
 
     def live(self) -> tuple[bool, str]:
         # A reconciler stuck for several resync periods is not alive; standby replicas are.
@@ -129,10 +130,23 @@ class Probes:
         # the profiles and the API server trusts its certificate.
         if self.keeper is not None and not self.keeper.published.is_set():
             return False, "the API server does not trust this replica's webhook certificate yet"
+        if self.webhook_port is not None and not accepts(self.webhook_port):
+            # kopf listens only once it has logged in and started: a Service sending calls
+            # here before that gets them refused, and the API server refuses the pods.
+            return False, "the webhook server does not accept connections yet"
         if not self.leading.is_set():
             return True, "standby"
         ok = self.runner.last_pass_ok is not None
         return ok, "ok" if ok else "no successful reconcile yet"
+
+
+def accepts(port: int) -> bool:
+    """Something accepts TCP connections on this host's ``port``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -221,9 +235,17 @@ def start(settings: OperatorSettings, webhook: Webhook | None, supervisor: Super
     runner = Runner(controller, settings.resync_seconds, settings.debounce_seconds)
     cache.on_change = runner.trigger
     cache.on_report = runner.reported
-    admission = admission_parts(webhook, api_client, cache, metrics, settings) if webhook else None
+    draining = threading.Event()  # the replica terminates: unready, admissions close
+    admission = (
+        admission_parts(webhook, api_client, cache, metrics, settings, draining=draining)
+        if webhook
+        else None
+    )
     keeper = admission.keeper if admission is not None else None
-    probes = Probes(runner, threading.Event(), keeper, settings.resync_seconds)
+    probes = Probes(
+        runner, threading.Event(), keeper, settings.resync_seconds, draining,
+        webhook.settings.port if webhook else None,
+    )  # fmt: skip
     health = HealthServer(settings.health_port, probes.live, probes.ready)
     health.start()
     serve_http("health", supervisor, health.thread)
@@ -296,7 +318,7 @@ class Admission:
 
 def admission_parts(
     webhook: Webhook, api_client: Any, cache: ClusterCache, metrics: Metrics,
-    settings: OperatorSettings,
+    settings: OperatorSettings, *, draining: threading.Event,
 ) -> Admission:  # fmt: skip
     index = ProfileIndex(cache.profile_bodies)
     configurations = WebhookConfigurations(api_client)
@@ -305,7 +327,7 @@ def admission_parts(
     images, secret = image_checks(settings, api_client, admission_metrics)
     server = AdmissionServer(
         webhook.settings, webhook.certificate, index.current,
-        admission_metrics, synced=cache.synced, images=images,
+        admission_metrics, synced=cache.synced, draining=draining, images=images,
     )  # fmt: skip
     return Admission(webhook, keeper, server, secret)
 

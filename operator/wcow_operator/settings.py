@@ -166,8 +166,10 @@ def _parser() -> argparse.ArgumentParser:
         "--shutdown-delay-seconds",
         type=float,
         help="with the webhook: on SIGTERM, report not ready and keep answering admissions this "
-        "long before stopping, so the Service drops this replica first; the API server does "
-        "not retry a failed webhook call (env WCOW_SHUTDOWN_DELAY_SECONDS, default 5)",
+        "long before stopping, each answer closing its connection, so the Service drops this "
+        "replica first; the API server does not retry a failed webhook call "
+        "(env WCOW_SHUTDOWN_DELAY_SECONDS, 0 to 120, default 5; chart "
+        "`operator.shutdownDelaySeconds`)",
     )
     _image_flags(parser)
     parser.add_argument(

@@ -356,6 +356,16 @@ def test_operator_os_selector_cannot_be_overridden() -> None:
     assert deployment["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/os"] == "linux"
 
 
+def test_operator_drain_before_stop_is_set_and_fits_the_grace_period() -> None:
+    deployment, container = _operator({"operator": {"shutdownDelaySeconds": 15}})
+    assert "--shutdown-delay-seconds=15" in container["args"]
+    assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 60
+    with pytest.raises(helm_python.HelmRenderError, match=r"must exceed operator\.shutdownDelay"):
+        render({"operator": {"shutdownDelaySeconds": 30, "terminationGracePeriodSeconds": 30}})
+    with pytest.raises(helm_python.HelmValuesError, match="shutdownDelaySeconds"):
+        render({"operator": {"shutdownDelaySeconds": 121}})
+
+
 def test_operator_probes_and_ports_match_its_flags() -> None:
     _, container = _operator({"operator": {"metricsPort": 9091, "healthPort": 8081}})
     assert "--metrics-port=9091" in container["args"]

@@ -13,9 +13,7 @@ module's own control plane, with the real operator and a simulated fleet:
 
 from __future__ import annotations
 
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +35,7 @@ from tests.e2e.operator_harness import (
     windows_pod,
 )
 from tests.faults.conftest import UNCLOSED_ON_KILL
+from tests.faults.pods import Burst, bursting, registered
 from tests.fleet.harness import View, running_fleet, running_operator
 from tests.fleet.paced import (
     MEMORY,
@@ -51,7 +50,6 @@ from tests.fleet.paced import (
     until,
 )
 from wcow_contract.hcs_annotations import ANNOTATION_PROCESSOR_COUNT
-from wcow_operator.render.webhooks import WEBHOOK_CONFIGURATION
 
 pytestmark = [pytest.mark.e2e, *UNCLOSED_ON_KILL]
 
@@ -124,40 +122,6 @@ def test_apiserver_killed_mid_rollout_no_node_applies_without_permission(
         )
 
 
-@dataclass
-class Burst:
-    """Pods created one after another by a few threads until stopped; what became of each."""
-
-    core: client.CoreV1Api
-    ns: str
-    runtime_class: str
-    admitted: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
-    refused: list[tuple[float, str]] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def run(self, worker: int) -> None:
-        count = 0
-        while not self.stop.is_set():
-            count += 1
-            name = f"burst-{worker}-{count}"
-            body = windows_pod(name, self.runtime_class, limits={"cpu": "3", "memory": "3Gi"})
-            try:
-                created = self.core.create_namespaced_pod(self.ns, body, _request_timeout=10)
-            except ApiException as error:
-                self._note_refusal(f"{error.status} {error.body!s:.300}")
-            except Exception as error:  # noqa: BLE001 - the server is down: no answer at all
-                self._note_refusal(f"no answer: {type(error).__name__}")
-            else:
-                with self.lock:
-                    self.admitted.append((time.time(), created.metadata.annotations or {}))
-            self.stop.wait(0.05)
-
-    def _note_refusal(self, reason: str) -> None:
-        with self.lock:
-            self.refused.append((time.time(), reason))
-
-
 def _refused(core: client.CoreV1Api, ns: str, body: dict[str, Any]) -> str:
     try:
         core.create_namespaced_pod(ns, body, _request_timeout=15)
@@ -176,13 +140,6 @@ def _admitted(core: client.CoreV1Api, ns: str, body: dict[str, Any]) -> Any:
         raise
 
 
-def _threads(burst: Burst, count: int) -> list[threading.Thread]:
-    threads = [threading.Thread(target=burst.run, args=(i,), daemon=True) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    return threads
-
-
 def test_apiserver_killed_during_a_burst_of_pods_nothing_admitted_unjudged(
     plane: ControlPlane, kube: client.ApiClient, tmp_path: Path
 ) -> None:
@@ -191,12 +148,6 @@ def test_apiserver_killed_during_a_burst_of_pods_nothing_admitted_unjudged(
     custom = client.CustomObjectsApi(kube)
     port = free_port()
     webhook = ("--webhook-port", str(port), "--webhook-url", f"https://127.0.0.1:{port}")
-    registration = client.AdmissionregistrationV1Api(kube)
-
-    def registered(*classes: str) -> bool:
-        hooks = registration.read_validating_webhook_configuration(WEBHOOK_CONFIGURATION)
-        expression = hooks.webhooks[0].match_conditions[0].expression
-        return all(f'"{name}"' in expression for name in classes)
 
     vm = {"sizing": "FromPodLimits", "maxProcessorCount": 8, "maxMemoryMB": 8192}
     with (
@@ -210,13 +161,11 @@ def test_apiserver_killed_during_a_burst_of_pods_nothing_admitted_unjudged(
     ):
         body = profile(sized, isolation="HyperV", windowsBuild="ltsc2022", vm=vm)
         custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
-        operator.until("the webhook registered for the class", lambda: registered(sized))
+        operator.until("the webhook registered for the class", lambda: registered(kube, sized))
         wait_for("the default ServiceAccount",
                  lambda: core.read_namespaced_service_account("default", pods_ns))  # fmt: skip
 
-        burst = Burst(core, pods_ns, sized)
-        threads = _threads(burst, 3)
-        try:
+        with bursting(Burst(core, pods_ns, sized), 3) as burst:
             operator.until("pods admitted before the fault", lambda: len(burst.admitted) >= 5)
             plane.kill("kube-apiserver")
             killed = time.time()
@@ -226,12 +175,8 @@ def test_apiserver_killed_during_a_burst_of_pods_nothing_admitted_unjudged(
             back = time.time()
             operator.until(
                 "pods admitted after the restart",
-                lambda: sum(1 for t, _ in burst.admitted if t > back) >= 5,
+                lambda: burst.admitted_since(back) >= 5,
             )
-        finally:
-            burst.stop.set()
-            for thread in threads:
-                thread.join(timeout=15)
         first_after = min(t for t, _ in burst.admitted if t > killed)
         unjudged = [a for _, a in burst.admitted if a.get(ANNOTATION_PROCESSOR_COUNT) != "3"]
         assert not unjudged, f"admitted without the webhook's sizing: {unjudged[:3]}"
@@ -248,7 +193,7 @@ def test_apiserver_killed_during_a_burst_of_pods_nothing_admitted_unjudged(
         # registered and judged too.
         body = profile(later, isolation="HyperV", windowsBuild="ltsc2022", vm=vm)
         custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
-        operator.until("the webhook registered for the new class", lambda: registered(later))
+        operator.until("the webhook registered for the new class", lambda: registered(kube, later))
         pod = core.create_namespaced_pod(
             pods_ns, windows_pod("later", later, limits={"cpu": "4", "memory": "1Gi"})
         )

@@ -10,12 +10,7 @@ middle of a paced rollout, on the fault suite's control plane with a simulated f
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,16 +18,14 @@ from kubernetes import client
 
 from tests.control_plane import ControlPlane
 from tests.e2e.operator_harness import (
-    free_port,
     installed_crd,
     metric,
     namespace,
-    operator_command,
     profiles_cleaned_up,
     wait_for,
 )
-from tests.faults.conftest import UNCLOSED_ON_KILL, start_change
-from tests.fleet.harness import Operator, running_fleet
+from tests.faults.conftest import UNCLOSED_ON_KILL, replica, start_change
+from tests.fleet.harness import running_fleet
 from tests.fleet.paced import (
     MEMORY,
     apply_windows,
@@ -49,29 +42,6 @@ pytestmark = [pytest.mark.e2e, *UNCLOSED_ON_KILL]
 
 NODES = 6
 LIMIT = 2
-
-
-@contextlib.contextmanager
-def replica(
-    kubeconfig: Path, ns: str, name: str, log: Path, *extra: str
-) -> Iterator[tuple[Operator, int]]:
-    """One ``wcow-operator`` replica named ``name`` (its Lease identity) with leader election;
-    yields it and its metrics port."""
-    metrics, health = free_port(), free_port()
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "POD_NAME": name}
-    command = [*operator_command(ns, metrics, health, *extra), "--leader-election"]
-    with log.open("w", encoding="utf-8") as output:
-        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
-        try:
-            yield Operator(process, log), metrics
-        finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(timeout=10)
 
 
 def _lease(kube: client.ApiClient, ns: str) -> tuple[str | None, int]:
