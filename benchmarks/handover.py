@@ -149,6 +149,7 @@ class HandOver:
     operator: list[float]  # a report patched to the rollout letting the next node in
     fan_out: list[float]  # that rollout written to the next node's watch delivering it
     start: list[float]  # delivered to the next node's preflight (Node read, attempt recorded)
+    opened: float | None = None  # when the rollout letting the first wave in was written
 
 
 def breakdown(windows: list[Window], recorder: Recorder, plan_hash: str, limit: int) -> HandOver:
@@ -158,13 +159,15 @@ def breakdown(windows: list[Window], recorder: Recorder, plan_hash: str, limit: 
     ordered = sorted(windows, key=lambda w: w.start)
     first_wave = {w.node for w in ordered[:limit]}
     starts, ends = [w.start for w in ordered], sorted(w.end for w in windows)
-    report, patched, written, fan_out, start = [], [], [], [], []
+    report, patched, written, fan_out, start, opened = [], [], [], [], [], []
     for window in ordered:
         reported = recorder.reported_at(window.node, plan_hash, "appliedPlanHash")
         if reported is not None:
             report.append(reported - window.end)
             patched.append(reported)
         permitted = recorder.permitted(window.node, plan_hash)
+        if permitted is not None and window.node in first_wave:
+            opened.append(permitted[0])
         if permitted is None or window.node in first_wave:
             continue
         written.append(permitted[0])
@@ -176,6 +179,7 @@ def breakdown(windows: list[Window], recorder: Recorder, plan_hash: str, limit: 
         operator=[w - r for r, w in zip(sorted(patched), sorted(written), strict=False)],
         fan_out=fan_out,
         start=start,
+        opened=min(opened, default=None),
     )
 
 

@@ -171,6 +171,8 @@ class Figures:
     rollout: Rollout | None
     hand_over: HandOver
     first: float
+    changed: float  # time.time() of the change
+    applies: list[float]  # every node's apply, seconds
     cordon: Cordoned | None = None
 
 
@@ -238,7 +240,11 @@ def measure(
         if args.drain == "both":
             cordon = cordoned_change(args, kube, operator, fleet, recorder, ns=ns, hv=hv)
     first = min(w.start for w in windows) - changed
-    return Figures(per_node, last, complete, peak, rollout, hand_over, first, cordon), requests
+    applies = [w.seconds for w in windows]
+    figures = Figures(
+        per_node, last, complete, peak, rollout, hand_over, first, changed, applies, cordon
+    )
+    return figures, requests
 
 
 def cordoned_change(
@@ -295,11 +301,14 @@ def report(
     writes = sum(c for (verb, _), c in ours.items() if verb in WRITES)
     print(f"nodes: {args.nodes}, maxUnavailable: {limit}, waves: {waves}")
     print(f"per-node apply: {per_node:.2f}")
+    print(f"# per-node apply: {spread(figures.applies)}")
     print(f"ideal: {waves * per_node:.1f}")
     print(f"every node applied: {last:.1f}")
     print(f"rollout complete in status: {figures.complete:.1f}")
     print(f"peak nodes applying at once: {figures.peak}")
-    print(f"first apply started: {figures.first:.2f} s after the change")
+    opened = figures.hand_over.opened
+    written = f"; the first wave let in {opened - figures.changed:.2f} s after" if opened else ""
+    print(f"first apply started: {figures.first:.2f} s after the change{written}")
     print_hand_over("", figures.hand_over)
     print(f"API requests per node per minute: {total / args.nodes / minutes:.3f}")
     print(f"API writes per node per minute: {writes / args.nodes / minutes:.3f}")
