@@ -325,7 +325,7 @@ class AgentLoop:
                 if self.config_fingerprint() != self._config_fingerprint:
                     log.info("config.toml changed on disk; reconciling")
                     due = True
-            if self.wake.is_set() or self.view.deferred_due():
+            if self.wake.is_set():
                 self.wake.clear()
                 due = True
             if due:

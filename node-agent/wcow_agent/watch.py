@@ -7,10 +7,8 @@ has delivered them yet).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
@@ -33,11 +31,6 @@ log = logging.getLogger("wcow_agent")
 Watched = TypeVar("Watched", PlanObject, RolloutObject)
 
 WATCH_TIMEOUT_SECONDS = 300
-# A new paced plan wakes the loop once the rollout for it is seen (the operator writes it just
-# after the plan), or after this long without one (the operator down: the node says it waits).
-# Woken by the plan alone, every node would run a cycle that can only wait, then another when
-# the rollout comes: twice the Node reads, and the nodes let in start behind all the others.
-ROLLOUT_GRACE_SECONDS = 2.0
 # A failing watch is reopened after 1 s, doubling to 60 s; a good watch starts over. The
 # jitter keeps a fleet of agents from coming back to a restarted API server together.
 WATCH_BACKOFF = Backoff(initial=1.0, maximum=60.0, jitter=0.2)
@@ -73,7 +66,6 @@ class ClusterView:
         self._plan: PlanObject | None = None
         self._rollout: RolloutObject | None = None
         self._rollout_view: tuple[object, ...] | None = None
-        self._deferred: float | None = None  # a plan change woken for at this time at the latest
 
     def on_plan(self, plan: PlanObject) -> None:
         with self._lock:
@@ -83,18 +75,8 @@ class ClusterView:
                 self._plan.uninstall,
             ) == (plan.exists, plan.text, plan.uninstall)
             self._plan = plan
-            seen = self._rollout_view[1] if self._rollout_view is not None else None
-            defer = not same and plan.paced and _plan_hash(plan) not in (None, seen)
-            if defer:
-                self._deferred = time.monotonic() + ROLLOUT_GRACE_SECONDS
-        if not same and not defer:
+        if not same:
             self.wake.set()
-
-    def deferred_due(self) -> bool:
-        """Whether a paced plan change has waited ``ROLLOUT_GRACE_SECONDS`` for its rollout
-        with no cycle meanwhile (the loop runs one now)."""
-        with self._lock:
-            return self._deferred is not None and time.monotonic() >= self._deferred
 
     def on_rollout(self, rollout: RolloutObject) -> None:
         """Wake the loop only when what the rollout says about this node changed: another
@@ -183,7 +165,6 @@ class ClusterView:
         """(the plan, why there is none)."""
         with self._lock:
             plan = self._plan
-            self._deferred = None  # this cycle reads the newest plan
         if plan is None:
             try:
                 plan = self.cluster.get_plan(self.options.namespace)
@@ -200,13 +181,3 @@ class ClusterView:
             return load_plan(plan.text, source), None
         except PlanError as error:
             return None, str(error)
-
-
-def _plan_hash(plan: PlanObject) -> str | None:
-    """The hash a plan ConfigMap's text names (None: none readable; the cycle says why)."""
-    try:
-        document = json.loads(plan.text) if plan.text else None
-    except ValueError:
-        return None
-    found = document.get("hash") if isinstance(document, dict) else None
-    return found if isinstance(found, str) else None

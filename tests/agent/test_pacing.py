@@ -12,7 +12,6 @@ import pytest
 
 from tests.agent.conftest import hyperv, make_plan, process
 from tests.agent.fakes import FakeCluster, FakeNode
-from wcow_agent import watch
 from wcow_agent.agent import CycleReport
 from wcow_agent.attempt import Timeouts
 from wcow_agent.cycle import NodeAgent
@@ -418,49 +417,3 @@ def test_simulated_canary_failure_leaves_applied_old_and_attempted_new(tmp_path:
     healed = agent.reconcile(PLAN_2, pace=pace)
     assert states(healed)["hv"] == ("Ready", "CanaryPassed")
     assert (healed.applied_plan_hash, healed.attempted_plan_hash) == (H2, H2)
-
-
-def test_a_paced_plan_wakes_the_loop_with_its_rollout_not_before(
-    node: FakeNode, cluster: FakeCluster
-) -> None:
-    """Woken by the plan alone, every node would run a cycle that can only wait and another
-    when the rollout comes; the node let in would start behind all the others."""
-    loop = make_loop(node, cluster)
-    loop.on_rollout(cluster.set_rollout(rollout_text(H1, NODE)))
-    loop.wake.clear()
-    loop.on_plan(cluster.set_plan(PLAN_2, paced=True))
-    assert not loop.wake.is_set()
-    assert not loop.view.deferred_due()
-    loop.on_rollout(cluster.set_rollout(rollout_text(H2, "win-2")))
-    assert loop.wake.is_set()
-    loop.wake.clear()
-    # The rollout first (another watch), then the plan it is for: at once.
-    loop.on_rollout(cluster.set_rollout(rollout_text(H1, "win-2")))
-    loop.wake.clear()
-    loop.on_plan(cluster.set_plan(PLAN_1, paced=True))
-    assert loop.wake.is_set()
-    # An unpaced plan is applied at once, whatever the rollout says.
-    loop.wake.clear()
-    loop.on_plan(cluster.set_plan(PLAN_2))
-    assert loop.wake.is_set()
-
-
-def test_a_paced_plan_without_its_rollout_is_taken_up_after_the_grace(
-    node: FakeNode, cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The operator down: the node still runs a cycle for the new plan and says it waits."""
-    monkeypatch.setattr(watch, "ROLLOUT_GRACE_SECONDS", 0.0)
-    cluster.set_plan(PLAN_1)
-    loop = make_loop(node, cluster)
-    loop.cycle()
-    loop.on_rollout(cluster.set_rollout(rollout_text(H1, NODE)))
-    loop.wake.clear()
-    restarts = len(node.restarts)
-    loop.on_plan(cluster.set_plan(PLAN_2, paced=True))
-    assert not loop.wake.is_set()
-    assert loop.view.deferred_due()
-    loop.cycle()
-    assert not loop.view.deferred_due()  # the cycle read the plan
-    assert len(node.restarts) == restarts, "no rollout for the plan: no permission"
-    assert cluster.status["appliedPlanHash"] == H1
-    assert cluster.status["waiting"]  # says why it keeps the old plan
