@@ -19,8 +19,17 @@ waits until every node runs it, then changes its `vm.memoryMB` and prints, one p
     rollout complete in status: <seconds>     (until status.rollout says Complete)
     peak nodes applying at once: <count>      (from the journals; must be <= maxUnavailable)
     first apply started: <seconds>            (the change until the first node's preflight)
-    hand-over: median, p90                    (a node's last apply step to the preflight of
-                                               the next node let into the slot it freed)
+    hand-over: median, p95                    (per freed slot: a node's last apply step to
+                                               the preflight of the next node let into it)
+      report: median, p95                     (the last apply step to the agent's report
+                                               patched to its Node)
+      operator: median, p95                   (the report to the rollout write letting the
+                                               next node in: Node watch, hand-over, write)
+      fan-out: median, p95                    (that write to the next node's rollout watch
+                                               delivering it)
+      agent start: median, p95                (delivered to the next node's preflight: its
+                                               loop wakes, reads its Node, records the
+                                               attempt, merges)
     API requests per node per minute: <rate>  (steady: every request the API server counted
                                                in --quiet-seconds, apiserver_request_total,
                                                less what the control plane alone made in
@@ -34,9 +43,13 @@ after), and its figures print beside the first's, ``Cordon against None``:
     Cordon: every node applied: <seconds>     (the second change, as above)
     Cordon: rollout complete in status: <seconds>
     Cordon: peak nodes applying at once: <count>
+    Cordon: hand-over: ...                    (as above; the operator's step includes the
+                                               cordon)
     Cordon against None: <ratio>              (every node applied, Cordon / None)
 
-and, for context, both windows' requests by verb and resource. Everything it
+and, for context, both windows' requests by verb and resource. The hand-over's steps are
+timed in this process by wrapping each agent's client (``benchmarks/handover.py``): a write's
+time is its earliest delivery to any agent's watch. Everything it
 creates is deleted at the end.
 """
 
@@ -57,6 +70,7 @@ from kubernetes import client, config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.handover import HandOver, Recorder, breakdown, spread
 from tests.control_plane import cluster_kubeconfig
 from tests.e2e.operator_harness import (
     GROUP,
@@ -70,7 +84,6 @@ from tests.e2e.operator_harness import (
 )
 from tests.fleet.harness import Operator, View, running_operator
 from tests.fleet.paced import (
-    Window,
     apply_windows,
     new_plan,
     patch_spec,
@@ -106,8 +119,10 @@ def run(args: argparse.Namespace, kubeconfig: Path) -> None:
         resync_seconds=args.agent_resync_seconds,
     )
 
+    recorder = Recorder()
+
     def cluster() -> FleetCluster:
-        return KubernetesCluster.from_kubeconfig(str(kubeconfig))
+        return recorder.wrap(KubernetesCluster.from_kubeconfig(str(kubeconfig)))
 
     with (
         tempfile.TemporaryDirectory(prefix="wcow-rollout-bench-") as workdir,
@@ -131,7 +146,7 @@ def run(args: argparse.Namespace, kubeconfig: Path) -> None:
                 started = time.perf_counter()
                 fleet.start()
                 print(f"# {args.nodes} simulated nodes up in {time.perf_counter() - started:.1f} s")
-                figures, requests = measure(args, kube, operator, fleet, ns=ns, hv=hv)
+                figures, requests = measure(args, kube, operator, fleet, recorder, ns=ns, hv=hv)
             finally:
                 problems = fleet.stop(cleanup=True, timeout=60)
                 for problem in problems[:10]:
@@ -154,9 +169,19 @@ class Figures:
     complete: float
     peak: int
     rollout: Rollout | None
-    gaps: list[float]
+    hand_over: HandOver
     first: float
-    cordon: tuple[float, float, int] | None = None  # every node applied, complete, peak
+    changed: float  # time.time() of the change
+    applies: list[float]  # every node's apply, seconds
+    cordon: Cordoned | None = None
+
+
+@dataclass(frozen=True)
+class Cordoned:
+    last: float  # every node applied
+    complete: float
+    peak: int
+    hand_over: HandOver
 
 
 def measure(
@@ -164,6 +189,7 @@ def measure(
     kube: client.ApiClient,
     operator: Operator,
     fleet: Fleet,
+    recorder: Recorder,
     *,
     ns: str,
     hv: str,
@@ -190,7 +216,7 @@ def measure(
 
         changed = time.time()
         patch_spec(kube, hv, {"vm": {"memoryMB": 3072}})
-        new_plan(operator, kube, ns, first)
+        second = new_plan(operator, kube, ns, first)
         operator.until(
             "the change on every node",
             lambda: (h := plan_hash(kube, ns)) != first and rolled_out(view, hv, h, args.nodes),
@@ -205,16 +231,20 @@ def measure(
         per_node = statistics.median(w.seconds for w in windows)
         last = max(w.end for w in windows) - changed
         peak = peak_overlap(windows)
-        gaps = hand_over_gaps(windows, parse_max_unavailable_arg(args))
+        hand_over = breakdown(windows, recorder, second, parse_max_unavailable_arg(args))
         rollout = read_rollout(kube, ns)
 
         time.sleep(args.settle_seconds)
         requests = quiet(kube, args.quiet_seconds)
         cordon = None
         if args.drain == "both":
-            cordon = cordoned_change(args, kube, operator, fleet, view, ns=ns, hv=hv)
+            cordon = cordoned_change(args, kube, operator, fleet, recorder, ns=ns, hv=hv)
     first = min(w.start for w in windows) - changed
-    return Figures(per_node, last, complete, peak, rollout, gaps, first, cordon), requests
+    applies = [w.seconds for w in windows]
+    figures = Figures(
+        per_node, last, complete, peak, rollout, hand_over, first, changed, applies, cordon
+    )
+    return figures, requests
 
 
 def cordoned_change(
@@ -222,16 +252,17 @@ def cordoned_change(
     kube: client.ApiClient,
     operator: Operator,
     fleet: Fleet,
-    view: View,
+    recorder: Recorder,
     *,
     ns: str,
     hv: str,
-) -> tuple[float, float, int]:
-    """The same change again with drain Cordon: (every node applied, complete, peak)."""
+) -> Cordoned:
+    """The same change again with drain Cordon."""
+    view = View(kube, [fleet])
     before = plan_hash(kube, ns)
     changed = time.time()
     patch_spec(kube, hv, {"vm": {"memoryMB": 4096}, "rollout": {"drain": "Cordon"}})
-    new_plan(operator, kube, ns, before)
+    plan = new_plan(operator, kube, ns, before)
     operator.until(
         "the Cordon change on every node",
         lambda: (h := plan_hash(kube, ns)) != before and rolled_out(view, hv, h, args.nodes),
@@ -241,21 +272,17 @@ def cordoned_change(
     windows = apply_windows(fleet.nodes, changed)
     if {w.node for w in windows} != set(fleet.nodes):
         raise SystemExit("with Cordon, not every node's journal shows an apply")
-    return max(w.end for w in windows) - changed, complete, peak_overlap(windows)
+    return Cordoned(
+        max(w.end for w in windows) - changed,
+        complete,
+        peak_overlap(windows),
+        breakdown(windows, recorder, plan, parse_max_unavailable_arg(args)),
+    )
 
 
 def parse_max_unavailable_arg(args: argparse.Namespace) -> int:
     value = args.max_unavailable
     return parse_max_unavailable(value if value.endswith("%") else int(value), args.nodes)
-
-
-def hand_over_gaps(windows: list[Window], limit: int) -> list[float]:
-    """Seconds from a node's last apply step to the next node's preflight in the slot it
-    freed: the n-th apply to start after the first ``limit`` took the slot of the n-th to
-    end."""
-    starts = sorted(w.start for w in windows)
-    ends = sorted(w.end for w in windows)
-    return [starts[i + limit] - ends[i] for i in range(len(windows) - limit)]
 
 
 def report(
@@ -274,25 +301,23 @@ def report(
     writes = sum(c for (verb, _), c in ours.items() if verb in WRITES)
     print(f"nodes: {args.nodes}, maxUnavailable: {limit}, waves: {waves}")
     print(f"per-node apply: {per_node:.2f}")
+    print(f"# per-node apply: {spread(figures.applies)}")
     print(f"ideal: {waves * per_node:.1f}")
     print(f"every node applied: {last:.1f}")
     print(f"rollout complete in status: {figures.complete:.1f}")
     print(f"peak nodes applying at once: {figures.peak}")
-    print(f"first apply started: {figures.first:.2f} s after the change")
-    if figures.gaps:
-        gaps = sorted(figures.gaps)
-        print(
-            f"hand-over: median {statistics.median(gaps):.2f} s, "
-            f"p90 {gaps[int(len(gaps) * 0.9)]:.2f} s (an apply's end to the next in its slot)"
-        )
+    opened = figures.hand_over.opened
+    written = f"; the first wave let in {opened - figures.changed:.2f} s after" if opened else ""
+    print(f"first apply started: {figures.first:.2f} s after the change{written}")
+    print_hand_over("", figures.hand_over)
     print(f"API requests per node per minute: {total / args.nodes / minutes:.3f}")
     print(f"API writes per node per minute: {writes / args.nodes / minutes:.3f}")
-    if figures.cordon is not None:
-        applied, complete, peak = figures.cordon
-        print(f"Cordon: every node applied: {applied:.1f}")
-        print(f"Cordon: rollout complete in status: {complete:.1f}")
-        print(f"Cordon: peak nodes applying at once: {peak}")
-        print(f"Cordon against None: {applied / last:.2f}")
+    if (cordon := figures.cordon) is not None:
+        print(f"Cordon: every node applied: {cordon.last:.1f}")
+        print(f"Cordon: rollout complete in status: {cordon.complete:.1f}")
+        print(f"Cordon: peak nodes applying at once: {cordon.peak}")
+        print_hand_over("Cordon: ", cordon.hand_over)
+        print(f"Cordon against None: {cordon.last / last:.2f}")
     print(f"# rollout ConfigMap: maxUnavailable {rollout.max_unavailable if rollout else None}")
     print(f"# every node applied / ideal: {last / (waves * per_node):.2f}")
     print(
@@ -302,6 +327,18 @@ def report(
     print_requests(requests)
     print(f"# the control plane alone, in {args.quiet_seconds:.0f} s before the operator:")
     print_requests(background)
+
+
+def print_hand_over(prefix: str, hand_over: HandOver) -> None:
+    """The hand-over between waves, and what it is made of (``benchmarks/handover.py``)."""
+    print(f"{prefix}hand-over: {spread(hand_over.total)} (an apply's end to the next in its slot)")
+    for step, seconds, what in (
+        ("report", hand_over.report, "the apply's end to its agent's report patched"),
+        ("operator", hand_over.operator, "the report to the rollout letting the next node in"),
+        ("fan-out", hand_over.fan_out, "that rollout written to the next node's watch"),
+        ("agent start", hand_over.start, "delivered to the next node's preflight"),
+    ):
+        print(f"{prefix}  {step}: {spread(seconds)} ({what})")
 
 
 def print_requests(requests: Counter[tuple[str, str]]) -> None:

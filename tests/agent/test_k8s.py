@@ -4,6 +4,7 @@ it imports the client."""
 from __future__ import annotations
 
 import ast
+import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,19 +47,39 @@ class FakeCore:
     def list_namespaced_config_map(self, namespace: str, **kwargs: Any) -> None:
         raise AssertionError("only called through the watch")
 
-    def read_node(self, name: str) -> client.V1Node:
+    def read_node(self, name: str, _preload_content: bool = True) -> RawAnswer:
         self._record("get", "nodes", None, name=name)
-        return client.V1Node(
-            metadata=client.V1ObjectMeta(
-                name=name, uid="uid-7", labels={"a": "b"}, annotations={"c": "d"}
-            )
-        )
+        assert not _preload_content  # the agent reads the Node as JSON, not as a V1Node
+        node = {
+            "metadata": {
+                "name": name,
+                "uid": "uid-7",
+                "labels": {"a": "b"},
+                "annotations": {"c": "d"},
+            },
+            "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
+        }
+        return RawAnswer(json.dumps(node).encode())
 
-    def patch_node(self, name: str, body: dict[str, Any], **kwargs: Any) -> None:
+    def patch_node(
+        self, name: str, body: Any, _preload_content: bool = True, **kwargs: Any
+    ) -> RawAnswer | None:
         self._record("patch", "nodes", None, name=name, body=body, **kwargs)
+        return RawAnswer(b"{}") if not _preload_content else None
 
     def create_namespaced_event(self, namespace: str, body: client.CoreV1Event) -> None:
         self._record("create", "events", namespace, body=body)
+
+
+class RawAnswer:
+    """An answer asked for with ``_preload_content=False`` (urllib3's response)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.released = False
+
+    def release_conn(self) -> None:
+        self.released = True
 
 
 class FakeWatch:
@@ -222,7 +243,9 @@ def test_node_patch_is_a_merge_of_labels_and_annotations_by_the_agent() -> None:
     )
     cluster.patch_node("win-1", {}, {})  # nothing to change: no request
 
-    assert node == NodeObject("win-1", "uid-7", {"a": "b"}, {"c": "d"})
+    assert node == NodeObject(
+        "win-1", "uid-7", {"a": "b"}, {"c": "d"}, ({"key": "k", "effect": "NoSchedule"},)
+    )
     patches = [call for call in core.calls if call[0] == "patch"]
     assert len(patches) == 1
     assert patches[0][3] == {

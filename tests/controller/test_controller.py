@@ -577,3 +577,24 @@ def test_hand_overs_are_spaced_so_nodes_finishing_together_share_one_write(
         assert _wait_for(lambda: "n2" in rollout_of(api).permitted, seconds=1.5)
         assert api.writes().count("replace_config_map") == 2
         assert "patch_profile_status" not in api.writes()  # both before the pass
+
+
+def test_a_report_that_frees_no_slot_does_not_hold_back_the_next_hand_over(
+    api: FakeApi, controller: Controller
+) -> None:
+    """A node recording its attempt changes its report but no decision: nothing is written,
+    so the report that follows (a node done) is handed over at once, not ``hand_over_seconds``
+    after it."""
+    plan = three_nodes_rolling_out(api, controller)
+    runner = Runner(controller, resync_seconds=3600, debounce_seconds=3.0, hand_over_seconds=2.0)
+    with running(runner):
+        api.calls.clear()
+        api.nodes[0] = windows_node("n0", plan)  # attempted: still applying
+        runner.reported()
+        time.sleep(0.2)
+        assert api.writes() == []
+        api.nodes[0] = windows_node("n0", plan, "Ready")
+        started = time.monotonic()
+        runner.reported()
+        assert _wait_for(lambda: "n1" in rollout_of(api).permitted, seconds=1.5)
+        assert time.monotonic() - started < 1.5  # not held back by the attempt's report

@@ -118,26 +118,28 @@ class Controller:
             log.warning("reconcile: %s", problem)
         return report
 
-    def hand_over(self) -> None:
+    def hand_over(self) -> bool:
         """Only the rollout decision, at once, when a node's report changed: a node that
         finished frees its slot for the next without waiting for a debounced pass (that pass
         follows and writes the statuses; the rollout it computes is then unchanged). Nothing
         is written when the decision is unchanged, or when the plan it is for is not written
         yet (the pass writes the plan first). A halt is left to the pass: a node let in again
         by a resume still shows its old failure until its agent has tried again, which the
-        debounce gives it time to report."""
+        debounce gives it time to report. True when it wrote the rollout."""
         try:
             outcome = reconcile(self.observe(), self.settings, self.clock())
         except Exception:  # the pass that follows reports it
             log.debug("rollout hand-over skipped", exc_info=True)
-            return
+            return False
         if any(w.kind == "write-plan" for w in outcome.writes):
-            return
+            return False
         if outcome.rollout is not None and outcome.rollout.halted is not None:
-            return
+            return False
         writes = [w for w in outcome.writes if w.kind == "write-rollout"]
-        if writes:
-            self._execute(dataclasses.replace(outcome, writes=writes, events=[]), PassReport())
+        if not writes:
+            return False
+        self._execute(dataclasses.replace(outcome, writes=writes, events=[]), PassReport())
+        return True
 
     def _next_timeout(self) -> float | None:
         """When a permission in the rollout (as written, from memory) times out."""
@@ -417,16 +419,18 @@ class Runner:
 
     def _debounce(self, stop: threading.Event) -> None:
         """Wait ``debounce_seconds`` for more changes, handing over slots meanwhile: at once,
-        but at most one hand-over per ``hand_over_seconds``, since every rollout write goes
-        to every agent's watch (nodes finishing together are let in by one write)."""
+        but at most one rollout write per ``hand_over_seconds``, since every rollout write
+        goes to every agent's watch (nodes finishing together are let in by one write). A
+        report that changes no decision (a node recording its attempt) writes nothing, so it
+        does not hold back the next report's hand-over."""
         deadline = time.monotonic() + self.debounce_seconds
         while not stop.is_set():
             now = time.monotonic()
             due = self._handed_over + self.hand_over_seconds
             if self._report.is_set() and now >= due:
                 self._report.clear()
-                self.controller.hand_over()
-                self._handed_over = time.monotonic()
+                if self.controller.hand_over():
+                    self._handed_over = time.monotonic()
                 continue
             if now >= deadline:
                 return
