@@ -385,7 +385,12 @@ def _blocked_cleanups(outcome: Outcome, error: Exception) -> list[EventNote]:
 
 class Runner:
     """Runs passes when triggered (watch events) or every ``resync_seconds``; coalesces
-    bursts of events into one pass, and backs off after failures."""
+    bursts of events into one pass, and backs off after failures.
+
+    The debounce counts from the first change the last pass did not see: a change waits
+    ``debounce_seconds`` for more, never longer. Changes that arrived while a pass wrote
+    (a burst longer than the pass) are handled as soon as it ends if they waited that long
+    already, not a whole debounce after it."""
 
     def __init__(
         self,
@@ -400,6 +405,8 @@ class Runner:
         self.debounce_seconds = debounce_seconds
         self.backoff = Backoff(initial=1.0, maximum=max_backoff_seconds)
         self._dirty = threading.Event()
+        self._changes = threading.Lock()
+        self._changed_at: float | None = None  # monotonic time of the first unseen change
         self._report = threading.Event()  # a node's report changed: hand over at once
         self.hand_over_seconds = hand_over_seconds
         self._handed_over = -hand_over_seconds  # monotonic time of the last hand-over
@@ -407,19 +414,31 @@ class Runner:
         self.heartbeat = time.monotonic()
 
     def trigger(self) -> None:
-        self._dirty.set()
+        with self._changes:
+            if self._changed_at is None:
+                self._changed_at = time.monotonic()
+            self._dirty.set()
+
+    def _seen(self) -> None:
+        """The pass about to run reads the cache as it is now: every change so far."""
+        with self._changes:
+            self._dirty.clear()
+            self._changed_at = None
 
     def reported(self) -> None:
         """A node's report changed: the rollout decision runs at once (``hand_over``), the
         whole pass after the debounce as for any change."""
         self._report.set()
-        self._dirty.set()
+        self.trigger()
 
     def _debounce(self, stop: threading.Event) -> None:
         """Wait ``debounce_seconds`` for more changes, handing over slots meanwhile: at once,
         but at most one hand-over per ``hand_over_seconds``, since every rollout write goes
-        to every agent's watch (nodes finishing together are let in by one write)."""
-        deadline = time.monotonic() + self.debounce_seconds
+        to every agent's watch (nodes finishing together are let in by one write). Counted
+        from the first unseen change (from now when the resync timer woke the runner)."""
+        with self._changes:
+            since = self._changed_at if self._changed_at is not None else time.monotonic()
+        deadline = since + self.debounce_seconds
         while not stop.is_set():
             now = time.monotonic()
             due = self._handed_over + self.hand_over_seconds
@@ -449,7 +468,7 @@ class Runner:
             if stop.is_set():
                 return
             self._debounce(stop)
-            self._dirty.clear()
+            self._seen()
             report = self.controller.run_pass()
             self.heartbeat = time.monotonic()
             if report.errors:
