@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -109,6 +110,14 @@ class _Profile:
         if self.model is not None:
             return self.model.handler
         return self.last_good[0] if self.last_good else None
+
+    @cached_property
+    def current_status(self) -> WindowsRuntimeProfileStatus | None:
+        """The status the profile carries, read once a pass (None: unreadable)."""
+        try:
+            return WindowsRuntimeProfileStatus.model_validate(self.observed.status)
+        except ValidationError:
+            return None
 
 
 def _parse(observed: ObservedProfile, settings: ReconcileSettings) -> _Profile:
@@ -394,10 +403,7 @@ def _conditions(
     now: datetime,
     rollout: tuple[ConditionStatus, str, str] | None,
 ) -> list[Condition]:
-    try:
-        current = WindowsRuntimeProfileStatus.model_validate(state.observed.status).conditions
-    except ValidationError:
-        current = []
+    current = state.current_status.conditions if state.current_status is not None else []
     generation = state.observed.generation
     if state.model is not None:
         valid: tuple[ConditionStatus, str, str] = ("True", "SpecValid", "")
@@ -464,9 +470,9 @@ def _set_rows(
 
 def _status(
     state: _Profile, nodes: NodeSummary, now: datetime, progress: Progress | None
-) -> dict[str, Any]:
+) -> WindowsRuntimeProfileStatus:
     rollout, row = _rollout_status(state, progress)
-    status = WindowsRuntimeProfileStatus(
+    return WindowsRuntimeProfileStatus(
         observed_generation=state.observed.generation,
         conditions=_conditions(state, nodes, now, row),
         rollout=rollout,
@@ -475,7 +481,6 @@ def _status(
         nodes=NodeCounts(eligible=nodes.eligible, ready=nodes.ready, failed=nodes.failed),
         failures=nodes.failures,
     )
-    return status.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
 def runtime_class_failed(
@@ -517,6 +522,13 @@ def _normalized(status: Mapping[str, Any]) -> dict[str, Any]:
     try:
         model = WindowsRuntimeProfileStatus.model_validate(status)
     except ValidationError:
+        return {"unreadable": True}
+    return _dumped(model)
+
+
+def _dumped(model: WindowsRuntimeProfileStatus | None) -> dict[str, Any]:
+    """A status as written (and compared): camelCase, no empty fields."""
+    if model is None:
         return {"unreadable": True}
     return model.model_dump(by_alias=True, exclude_none=True, mode="json")
 
@@ -680,9 +692,8 @@ def _rollout_status(
     if progress is None or handler is None or handler not in progress.changed:
         # Untouched by this change: what the last change that touched it said stays, so an
         # unrelated change rewrites no status.
-        try:
-            last = WindowsRuntimeProfileStatus.model_validate(state.observed.status)
-        except ValidationError:
+        last = state.current_status
+        if last is None:
             return None, None
         previous = find_condition(last.conditions, ROLLED_OUT)
         if previous is None:
@@ -756,21 +767,15 @@ def _status_writes(
         # Nodes are held to what the plan asks of them: the entry they were sent.
         needs = HandlerNeeds.of(entries.get(handler), plan.get("hash")) if handler else None
         nodes = tally.summary(handler, needs) if handler else NodeSummary()
-        status = _status(state, nodes, now, progress)
-        statuses[state.name] = status
-        before = _normalized(state.observed.status)
-        if before == status:
+        model = _status(state, nodes, now, progress)
+        status = statuses[state.name] = _dumped(model)
+        if _dumped(state.current_status) == status:
             continue
         writes.append(
             Write("patch-status", state.name, {"status": status}, observed=state.observed.body)
         )
-        old = (
-            []
-            if "unreadable" in before
-            else WindowsRuntimeProfileStatus.model_validate(before).conditions
-        )
-        new = WindowsRuntimeProfileStatus.model_validate(status).conditions
-        events += _transition_events(state, old, new)
+        old = state.current_status.conditions if state.current_status is not None else []
+        events += _transition_events(state, old, model.conditions)
     return writes
 
 
@@ -780,7 +785,8 @@ def reconcile(observed: Observed, settings: ReconcileSettings, now: datetime) ->
     live = [_parse(p, settings) for p in observed.profiles if not p.deleting]
     claims: dict[str, list[str]] = defaultdict(list)
     for state in live:
-        state.last_good = _trusted_last_good(last_good.get(state.name), state.observed)
+        if state.model is None:  # only an invalid spec falls back to the plan's entry
+            state.last_good = _trusted_last_good(last_good.get(state.name), state.observed)
         if state.claimed_handler is not None:
             claims[state.claimed_handler].append(state.name)
     conflicts = {h: sorted(names) for h, names in claims.items() if len(names) > 1}
