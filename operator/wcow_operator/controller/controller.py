@@ -26,6 +26,7 @@ from wcow_operator.controller.cache import ClusterCache, Kind
 from wcow_operator.controller.drainer import Drainer
 from wcow_operator.controller.metrics import Metrics
 from wcow_operator.reconcile.core import (
+    Memo,
     ReconcileSettings,
     normalized_status,
     reconcile,
@@ -83,6 +84,8 @@ class Controller:
         # One pool for every pass: a phase's writes go out in parallel (they are independent
         # by construction), the phases one after another. Its threads idle between passes.
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="writer")
+        # What passes worked out per profile: the next redoes only what changed.
+        self._memo = Memo()
         self.drainer = Drainer(
             api, metrics, lambda node: cache.wrote("nodes", node), self._post_node_event
         )
@@ -101,7 +104,7 @@ class Controller:
         started = time.monotonic()
         report = PassReport()
         try:
-            outcome = reconcile(self.observe(), self.settings, self.clock())
+            outcome = reconcile(self.observe(), self.settings, self.clock(), self._memo)
         except ApiError as error:
             report.errors.append(f"reading the cluster: {error}")
         except Exception as error:  # never let the reconciler thread die; say why and retry
@@ -127,7 +130,7 @@ class Controller:
         by a resume still shows its old failure until its agent has tried again, which the
         debounce gives it time to report."""
         try:
-            outcome = reconcile(self.observe(), self.settings, self.clock())
+            outcome = reconcile(self.observe(), self.settings, self.clock(), self._memo)
         except Exception:  # the pass that follows reports it
             log.debug("rollout hand-over skipped", exc_info=True)
             return

@@ -120,6 +120,46 @@ class _Profile:
             return None
 
 
+@dataclass
+class Memo:
+    """What earlier passes worked out per profile, kept by the controller from pass to pass,
+    so that a pass over hundreds of profiles works out again only those that changed. Never
+    more than a shortcut: ``reconcile`` returns the same with it as without it.
+
+    ``parsed``: name -> (what the spec's parse reads, the parsed state). ``statuses``:
+    name -> (everything a status is computed from but the status itself, the status); used
+    only while the profile still carries exactly that status, so the pass that computed it
+    found nothing to change (a condition's time changes only when it transitions)."""
+
+    parsed: dict[str, tuple[Any, _Profile]] = field(default_factory=dict)
+    statuses: dict[str, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
+
+
+def _parse_inputs(observed: ObservedProfile, settings: ReconcileSettings) -> Any:
+    """All that ``_parse`` reads: the document but its status and the metadata that
+    ``ObjectMeta`` ignores (resourceVersion changes with every status write)."""
+    metadata = observed.metadata
+    return (
+        settings.require_node_gating,
+        {k: v for k, v in observed.body.items() if k not in ("status", "metadata")},
+        {k: metadata.get(k) for k in ("name", "generation", "uid", "labels", "annotations")},
+    )
+
+
+def _parsed(
+    observed: ObservedProfile, settings: ReconcileSettings, earlier: Memo, memo: Memo
+) -> _Profile:
+    """``_parse``, or a fresh copy of what it gave for the same input in an earlier pass."""
+    inputs = _parse_inputs(observed, settings)
+    known = earlier.parsed.get(observed.name)
+    if known is not None and known[0] == inputs:
+        state = _Profile(observed, model=known[1].model, problems=list(known[1].problems))
+    else:
+        state = _parse(observed, settings)
+    memo.parsed[observed.name] = (inputs, _Profile(observed, state.model, list(state.problems)))
+    return state
+
+
 def _parse(observed: ObservedProfile, settings: ReconcileSettings) -> _Profile:
     state = _Profile(observed)
     try:
@@ -758,6 +798,8 @@ def _status_writes(
     *,
     progress: Progress | None,
     plan: Mapping[str, Any],
+    earlier: Memo,
+    memo: Memo,
 ) -> list[Write]:
     writes: list[Write] = []
     tally = observed.tally if observed.tally is not None else NodeTally.of(observed.nodes)
@@ -767,8 +809,15 @@ def _status_writes(
         # Nodes are held to what the plan asks of them: the entry they were sent.
         needs = HandlerNeeds.of(entries.get(handler), plan.get("hash")) if handler else None
         nodes = tally.summary(handler, needs) if handler else NodeSummary()
+        inputs = _status_inputs(state, nodes, progress, memo)
+        known = earlier.statuses.get(state.name)
+        if known is not None and known[0] == inputs and known[1] == state.observed.status:
+            statuses[state.name] = known[1]  # computed before, and written: nothing changed
+            memo.statuses[state.name] = known
+            continue
         model = _status(state, nodes, now, progress)
         status = statuses[state.name] = _dumped(model)
+        memo.statuses[state.name] = (inputs, status)
         if _dumped(state.current_status) == status:
             continue
         writes.append(
@@ -779,10 +828,30 @@ def _status_writes(
     return writes
 
 
-def reconcile(observed: Observed, settings: ReconcileSettings, now: datetime) -> Outcome:
-    """Everything to write for the observed state, in the phases the controller runs."""
+def _status_inputs(
+    state: _Profile, nodes: NodeSummary, progress: Progress | None, memo: Memo
+) -> Any:
+    """All that ``_status`` reads but the status the profile carries and the clock."""
+    handler = state.claimed_handler
+    return (
+        memo.parsed[state.name][0],
+        state.planned,
+        state.runtime_class,
+        state.owns_runtime_class,
+        handler,
+        nodes,
+        progress if progress is not None and handler in progress.changed else None,
+    )
+
+
+def reconcile(
+    observed: Observed, settings: ReconcileSettings, now: datetime, memo: Memo | None = None
+) -> Outcome:
+    """Everything to write for the observed state, in the phases the controller runs.
+    ``memo``: what earlier passes worked out (see ``Memo``); it is updated to this pass."""
     last_good = _last_good(observed.plan)
-    live = [_parse(p, settings) for p in observed.profiles if not p.deleting]
+    earlier, current = memo or Memo(), Memo()  # this pass's profiles only: deleted ones go
+    live = [_parsed(p, settings, earlier, current) for p in observed.profiles if not p.deleting]
     claims: dict[str, list[str]] = defaultdict(list)
     for state in live:
         if state.model is None:  # only an invalid spec falls back to the plan's entry
@@ -800,7 +869,12 @@ def reconcile(observed: Observed, settings: ReconcileSettings, now: datetime) ->
     rollout_writes, progress, drain = _rollout_writes(plan, observed, live, settings, now)
     writes += rollout_writes
     writes += _deletion_writes(observed)
-    writes += _status_writes(live, observed, now, statuses, events, progress=progress, plan=plan)
+    writes += _status_writes(
+        live, observed, now, statuses, events,
+        progress=progress, plan=plan, earlier=earlier, memo=current,
+    )  # fmt: skip
+    if memo is not None:
+        memo.parsed, memo.statuses = current.parsed, current.statuses
     return Outcome(
         writes=writes,
         events=events,
