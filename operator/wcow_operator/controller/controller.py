@@ -156,7 +156,9 @@ class Controller:
         done: set[tuple[str, str]] = set()
         failed_rc: dict[str, Exception] = {}
         for phase in PHASES:
-            batch = [w for w in outcome.writes if w.kind in phase]
+            batch = sorted(
+                (w for w in outcome.writes if w.kind in phase), key=lambda w: phase.index(w.kind)
+            )
             if plan_failed:
                 batch = [w for w in batch if not w.after_plan]
             if "patch-status" in phase:
