@@ -598,3 +598,56 @@ def test_a_report_that_frees_no_slot_does_not_hold_back_the_next_hand_over(
         runner.reported()
         assert _wait_for(lambda: "n1" in rollout_of(api).permitted, seconds=1.5)
         assert time.monotonic() - started < 1.5  # not held back by the attempt's report
+
+
+class TimedApi(FakeApi):
+    """Every write takes ``seconds``; ``spans`` records (write, target, start, end)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.spans: list[tuple[str, str, float, float]] = []
+        self._lock = threading.Lock()
+
+    def _timed(self, method: str, target: str, call: Callable[[], Any]) -> Any:
+        started = time.monotonic()
+        time.sleep(self.seconds)
+        with self._lock:
+            result = call()
+            self.spans.append((method, target, started, time.monotonic()))
+        return result
+
+    def create_runtime_class(self, body: dict[str, Any]) -> dict[str, Any]:
+        create = super().create_runtime_class
+        return self._timed("runtimeclass", body["metadata"]["name"], lambda: create(body))
+
+    def create_config_map(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        create = super().create_config_map
+        name = body["metadata"]["name"]
+        return self._timed(name, name, lambda: create(namespace, body))
+
+    def patch_profile_status(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        patch_status = super().patch_profile_status
+        return self._timed("status", name, lambda: patch_status(name, patch))
+
+
+def test_the_plan_is_written_beside_the_runtime_classes_and_before_any_status() -> None:
+    """One large write (the plan) does not hold up the pool: it goes out with the first
+    RuntimeClasses. A status never goes out before the plan and its own RuntimeClass are
+    written (it says both are), nor the rollout before the plan."""
+    api = TimedApi(seconds=0.05)
+    for index in range(6):
+        api.apply_profile(profile_document(f"p{index}", isolation="Process"))
+    settings = ReconcileSettings(namespace=NAMESPACE)
+    controller = Controller(api, RelistingCache(api, NAMESPACE), settings, Metrics(), workers=2)
+    assert not controller.run_pass().errors
+    spans = {(kind, target): (start, end) for kind, target, start, end in api.spans}
+    plan = spans[("wcow-runtime-plan", "wcow-runtime-plan")]
+    classes = [span for (kind, _), span in spans.items() if kind == "runtimeclass"]
+    assert len(classes) == 6
+    assert plan[0] < min(end for _, end in classes)  # among the first writes
+    assert spans[("wcow-runtime-rollout", "wcow-runtime-rollout")][0] >= plan[1]
+    for index in range(6):
+        status = spans[("status", f"p{index}")]
+        assert status[0] >= plan[1]
+        assert status[0] >= spans[("runtimeclass", f"p{index}")][1]

@@ -26,6 +26,7 @@ from wcow_operator.controller.cache import ClusterCache, Kind
 from wcow_operator.controller.drainer import Drainer
 from wcow_operator.controller.metrics import Metrics
 from wcow_operator.reconcile.core import (
+    Memo,
     ReconcileSettings,
     normalized_status,
     reconcile,
@@ -83,6 +84,8 @@ class Controller:
         # One pool for every pass: a phase's writes go out in parallel (they are independent
         # by construction), the phases one after another. Its threads idle between passes.
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="writer")
+        # What passes worked out per profile: the next redoes only what changed.
+        self._memo = Memo()
         self.drainer = Drainer(
             api, metrics, lambda node: cache.wrote("nodes", node), self._post_node_event
         )
@@ -101,7 +104,7 @@ class Controller:
         started = time.monotonic()
         report = PassReport()
         try:
-            outcome = reconcile(self.observe(), self.settings, self.clock())
+            outcome = reconcile(self.observe(), self.settings, self.clock(), self._memo)
         except ApiError as error:
             report.errors.append(f"reading the cluster: {error}")
         except Exception as error:  # never let the reconciler thread die; say why and retry
@@ -127,7 +130,7 @@ class Controller:
         by a resume still shows its old failure until its agent has tried again, which the
         debounce gives it time to report. True when it wrote the rollout."""
         try:
-            outcome = reconcile(self.observe(), self.settings, self.clock())
+            outcome = reconcile(self.observe(), self.settings, self.clock(), self._memo)
         except Exception:  # the pass that follows reports it
             log.debug("rollout hand-over skipped", exc_info=True)
             return False
@@ -155,7 +158,9 @@ class Controller:
         done: set[tuple[str, str]] = set()
         failed_rc: dict[str, Exception] = {}
         for phase in PHASES:
-            batch = [w for w in outcome.writes if w.kind in phase]
+            batch = sorted(
+                (w for w in outcome.writes if w.kind in phase), key=lambda w: phase.index(w.kind)
+            )
             if plan_failed:
                 batch = [w for w in batch if not w.after_plan]
             if "patch-status" in phase:
@@ -387,7 +392,12 @@ def _blocked_cleanups(outcome: Outcome, error: Exception) -> list[EventNote]:
 
 class Runner:
     """Runs passes when triggered (watch events) or every ``resync_seconds``; coalesces
-    bursts of events into one pass, and backs off after failures."""
+    bursts of events into one pass, and backs off after failures.
+
+    The debounce counts from the first change the last pass did not see: a change waits
+    ``debounce_seconds`` for more, never longer. Changes that arrived while a pass wrote
+    (a burst longer than the pass) are handled as soon as it ends if they waited that long
+    already, not a whole debounce after it."""
 
     def __init__(
         self,
@@ -402,6 +412,8 @@ class Runner:
         self.debounce_seconds = debounce_seconds
         self.backoff = Backoff(initial=1.0, maximum=max_backoff_seconds)
         self._dirty = threading.Event()
+        self._changes = threading.Lock()
+        self._changed_at: float | None = None  # monotonic time of the first unseen change
         self._report = threading.Event()  # a node's report changed: hand over at once
         self.hand_over_seconds = hand_over_seconds
         self._handed_over = -hand_over_seconds  # monotonic time of the last hand-over
@@ -409,21 +421,33 @@ class Runner:
         self.heartbeat = time.monotonic()
 
     def trigger(self) -> None:
-        self._dirty.set()
+        with self._changes:
+            if self._changed_at is None:
+                self._changed_at = time.monotonic()
+            self._dirty.set()
+
+    def _seen(self) -> None:
+        """The pass about to run reads the cache as it is now: every change so far."""
+        with self._changes:
+            self._dirty.clear()
+            self._changed_at = None
 
     def reported(self) -> None:
         """A node's report changed: the rollout decision runs at once (``hand_over``), the
         whole pass after the debounce as for any change."""
         self._report.set()
-        self._dirty.set()
+        self.trigger()
 
     def _debounce(self, stop: threading.Event) -> None:
         """Wait ``debounce_seconds`` for more changes, handing over slots meanwhile: at once,
         but at most one rollout write per ``hand_over_seconds``, since every rollout write
         goes to every agent's watch (nodes finishing together are let in by one write). A
         report that changes no decision (a node recording its attempt) writes nothing, so it
-        does not hold back the next report's hand-over."""
-        deadline = time.monotonic() + self.debounce_seconds
+        does not hold back the next report's hand-over. Counted from the first unseen change
+        (from now when the resync timer woke the runner)."""
+        with self._changes:
+            since = self._changed_at if self._changed_at is not None else time.monotonic()
+        deadline = since + self.debounce_seconds
         while not stop.is_set():
             now = time.monotonic()
             due = self._handed_over + self.hand_over_seconds
@@ -453,7 +477,7 @@ class Runner:
             if stop.is_set():
                 return
             self._debounce(stop)
-            self._dirty.clear()
+            self._seen()
             report = self.controller.run_pass()
             self.heartbeat = time.monotonic()
             if report.errors:

@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -109,6 +110,54 @@ class _Profile:
         if self.model is not None:
             return self.model.handler
         return self.last_good[0] if self.last_good else None
+
+    @cached_property
+    def current_status(self) -> WindowsRuntimeProfileStatus | None:
+        """The status the profile carries, read once a pass (None: unreadable)."""
+        try:
+            return WindowsRuntimeProfileStatus.model_validate(self.observed.status)
+        except ValidationError:
+            return None
+
+
+@dataclass
+class Memo:
+    """What earlier passes worked out per profile, kept by the controller from pass to pass,
+    so that a pass over hundreds of profiles works out again only those that changed. Never
+    more than a shortcut: ``reconcile`` returns the same with it as without it.
+
+    ``parsed``: name -> (what the spec's parse reads, the parsed state). ``statuses``:
+    name -> (everything a status is computed from but the status itself, the status); used
+    only while the profile still carries exactly that status, so the pass that computed it
+    found nothing to change (a condition's time changes only when it transitions)."""
+
+    parsed: dict[str, tuple[Any, _Profile]] = field(default_factory=dict)
+    statuses: dict[str, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
+
+
+def _parse_inputs(observed: ObservedProfile, settings: ReconcileSettings) -> Any:
+    """All that ``_parse`` reads: the document but its status and the metadata that
+    ``ObjectMeta`` ignores (resourceVersion changes with every status write)."""
+    metadata = observed.metadata
+    return (
+        settings.require_node_gating,
+        {k: v for k, v in observed.body.items() if k not in ("status", "metadata")},
+        {k: metadata.get(k) for k in ("name", "generation", "uid", "labels", "annotations")},
+    )
+
+
+def _parsed(
+    observed: ObservedProfile, settings: ReconcileSettings, earlier: Memo, memo: Memo
+) -> _Profile:
+    """``_parse``, or a fresh copy of what it gave for the same input in an earlier pass."""
+    inputs = _parse_inputs(observed, settings)
+    known = earlier.parsed.get(observed.name)
+    if known is not None and known[0] == inputs:
+        state = _Profile(observed, model=known[1].model, problems=list(known[1].problems))
+    else:
+        state = _parse(observed, settings)
+    memo.parsed[observed.name] = (inputs, _Profile(observed, state.model, list(state.problems)))
+    return state
 
 
 def _parse(observed: ObservedProfile, settings: ReconcileSettings) -> _Profile:
@@ -349,14 +398,18 @@ def _fit_plan(
     observed_plan: Mapping[str, Any] | None,
     live: list[_Profile],
     settings: ReconcileSettings,
-) -> Plan:
-    """The plan to write. Over the size limit, entries the nodes already have stay, then new
-    and changed ones are added by handler name while they fit; the rest wait and their
-    profiles say why. (Never an emptier plan than needed: agents remove what leaves it.)"""
+) -> tuple[Plan, dict[str, Any], str]:
+    """The plan to write, its view and its canonical JSON (each worked out once: at 500
+    handlers the JSON is 273 KB). Over the size limit, entries the nodes already have stay,
+    then new and changed ones are added by handler name while they fit; the rest wait and
+    their profiles say why. (Never an emptier plan than needed: agents remove what leaves
+    it.)"""
     plan = build_plan(entries)
-    size = _compact(plan.view())
+    view = plan.view()
+    text = canonical_json(view).decode("utf-8")
+    size = len(text.encode("utf-8"))
     if size <= settings.plan_max_bytes:
-        return plan
+        return plan, view, text
     previous = (observed_plan or {}).get("handlers") or {}
     kept = {h: e for h, e in entries.items() if previous.get(h) == e.view()}
     room = settings.plan_max_bytes - _compact(build_plan(kept).view())
@@ -374,7 +427,9 @@ def _fit_plan(
         claimed = state.claimed_handler
         if claimed in entries and claimed not in kept:
             state.planned = ("False", "PlanTooLarge", message)
-    return build_plan(kept)
+    fitted = build_plan(kept)
+    view = fitted.view()
+    return fitted, view, canonical_json(view).decode("utf-8")
 
 
 def _nodes_condition(nodes: NodeSummary) -> tuple[ConditionStatus, str, str]:
@@ -394,10 +449,7 @@ def _conditions(
     now: datetime,
     rollout: tuple[ConditionStatus, str, str] | None,
 ) -> list[Condition]:
-    try:
-        current = WindowsRuntimeProfileStatus.model_validate(state.observed.status).conditions
-    except ValidationError:
-        current = []
+    current = state.current_status.conditions if state.current_status is not None else []
     generation = state.observed.generation
     if state.model is not None:
         valid: tuple[ConditionStatus, str, str] = ("True", "SpecValid", "")
@@ -464,9 +516,9 @@ def _set_rows(
 
 def _status(
     state: _Profile, nodes: NodeSummary, now: datetime, progress: Progress | None
-) -> dict[str, Any]:
+) -> WindowsRuntimeProfileStatus:
     rollout, row = _rollout_status(state, progress)
-    status = WindowsRuntimeProfileStatus(
+    return WindowsRuntimeProfileStatus(
         observed_generation=state.observed.generation,
         conditions=_conditions(state, nodes, now, row),
         rollout=rollout,
@@ -475,7 +527,6 @@ def _status(
         nodes=NodeCounts(eligible=nodes.eligible, ready=nodes.ready, failed=nodes.failed),
         failures=nodes.failures,
     )
-    return status.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
 def runtime_class_failed(
@@ -517,6 +568,13 @@ def _normalized(status: Mapping[str, Any]) -> dict[str, Any]:
     try:
         model = WindowsRuntimeProfileStatus.model_validate(status)
     except ValidationError:
+        return {"unreadable": True}
+    return _dumped(model)
+
+
+def _dumped(model: WindowsRuntimeProfileStatus | None) -> dict[str, Any]:
+    """A status as written (and compared): camelCase, no empty fields."""
+    if model is None:
         return {"unreadable": True}
     return model.model_dump(by_alias=True, exclude_none=True, mode="json")
 
@@ -567,10 +625,12 @@ def _live_writes(
     return writes
 
 
-def _plan_writes(plan: Plan, observed: Observed, namespace: str) -> list[Write]:
-    config_map = plan_config_map(plan, namespace, paced=True)
+def _plan_writes(plan: Plan, text: str, observed: Observed, namespace: str) -> list[Write]:
+    """``text``: the plan's canonical JSON, as its ConfigMap holds it (worked out once a
+    pass: at 500 handlers it is 273 KB)."""
+    config_map = plan_config_map(plan, namespace, paced=True, text=text)
     current = observed.plan_config_map or {}
-    same_data = (current.get("data") or {}).get(PLAN_KEY) == config_map["data"][PLAN_KEY]
+    same_data = (current.get("data") or {}).get(PLAN_KEY) == text
     annotations = (current.get("metadata") or {}).get("annotations") or {}
     wanted = config_map["metadata"]["annotations"]
     if same_data and all(annotations.get(k) == v for k, v in wanted.items()):
@@ -680,9 +740,8 @@ def _rollout_status(
     if progress is None or handler is None or handler not in progress.changed:
         # Untouched by this change: what the last change that touched it said stays, so an
         # unrelated change rewrites no status.
-        try:
-            last = WindowsRuntimeProfileStatus.model_validate(state.observed.status)
-        except ValidationError:
+        last = state.current_status
+        if last is None:
             return None, None
         previous = find_condition(last.conditions, ROLLED_OUT)
         if previous is None:
@@ -747,6 +806,8 @@ def _status_writes(
     *,
     progress: Progress | None,
     plan: Mapping[str, Any],
+    earlier: Memo,
+    memo: Memo,
 ) -> list[Write]:
     writes: list[Write] = []
     tally = observed.tally if observed.tally is not None else NodeTally.of(observed.nodes)
@@ -756,51 +817,77 @@ def _status_writes(
         # Nodes are held to what the plan asks of them: the entry they were sent.
         needs = HandlerNeeds.of(entries.get(handler), plan.get("hash")) if handler else None
         nodes = tally.summary(handler, needs) if handler else NodeSummary()
-        status = _status(state, nodes, now, progress)
-        statuses[state.name] = status
-        before = _normalized(state.observed.status)
-        if before == status:
+        inputs = _status_inputs(state, nodes, progress, memo)
+        known = earlier.statuses.get(state.name)
+        if known is not None and known[0] == inputs and known[1] == state.observed.status:
+            statuses[state.name] = known[1]  # computed before, and written: nothing changed
+            memo.statuses[state.name] = known
+            continue
+        model = _status(state, nodes, now, progress)
+        status = statuses[state.name] = _dumped(model)
+        memo.statuses[state.name] = (inputs, status)
+        if _dumped(state.current_status) == status:
             continue
         writes.append(
             Write("patch-status", state.name, {"status": status}, observed=state.observed.body)
         )
-        old = (
-            []
-            if "unreadable" in before
-            else WindowsRuntimeProfileStatus.model_validate(before).conditions
-        )
-        new = WindowsRuntimeProfileStatus.model_validate(status).conditions
-        events += _transition_events(state, old, new)
+        old = state.current_status.conditions if state.current_status is not None else []
+        events += _transition_events(state, old, model.conditions)
     return writes
 
 
-def reconcile(observed: Observed, settings: ReconcileSettings, now: datetime) -> Outcome:
-    """Everything to write for the observed state, in the phases the controller runs."""
+def _status_inputs(
+    state: _Profile, nodes: NodeSummary, progress: Progress | None, memo: Memo
+) -> Any:
+    """All that ``_status`` reads but the status the profile carries and the clock."""
+    handler = state.claimed_handler
+    return (
+        memo.parsed[state.name][0],
+        state.planned,
+        state.runtime_class,
+        state.owns_runtime_class,
+        handler,
+        nodes,
+        progress if progress is not None and handler in progress.changed else None,
+    )
+
+
+def reconcile(
+    observed: Observed, settings: ReconcileSettings, now: datetime, memo: Memo | None = None
+) -> Outcome:
+    """Everything to write for the observed state, in the phases the controller runs.
+    ``memo``: what earlier passes worked out (see ``Memo``); it is updated to this pass."""
     last_good = _last_good(observed.plan)
-    live = [_parse(p, settings) for p in observed.profiles if not p.deleting]
+    earlier, current = memo or Memo(), Memo()  # this pass's profiles only: deleted ones go
+    live = [_parsed(p, settings, earlier, current) for p in observed.profiles if not p.deleting]
     claims: dict[str, list[str]] = defaultdict(list)
     for state in live:
-        state.last_good = _trusted_last_good(last_good.get(state.name), state.observed)
+        if state.model is None:  # only an invalid spec falls back to the plan's entry
+            state.last_good = _trusted_last_good(last_good.get(state.name), state.observed)
         if state.claimed_handler is not None:
             claims[state.claimed_handler].append(state.name)
     conflicts = {h: sorted(names) for h, names in claims.items() if len(names) > 1}
 
-    fitted = _fit_plan(_plan_entries(live, conflicts), observed.plan, live, settings)
-    plan = fitted.view()
+    fitted, plan, text = _fit_plan(_plan_entries(live, conflicts), observed.plan, live, settings)
     events: list[EventNote] = []
     statuses: dict[str, dict[str, Any]] = {}
     writes = _live_writes(live, conflicts, observed, events)
-    writes += _plan_writes(fitted, observed, settings.namespace)
+    writes += _plan_writes(fitted, text, observed, settings.namespace)
     rollout_writes, progress, drain = _rollout_writes(plan, observed, live, settings, now)
     writes += rollout_writes
     writes += _deletion_writes(observed)
-    writes += _status_writes(live, observed, now, statuses, events, progress=progress, plan=plan)
+    writes += _status_writes(
+        live, observed, now, statuses, events,
+        progress=progress, plan=plan, earlier=earlier, memo=current,
+    )  # fmt: skip
+    if memo is not None:
+        memo.parsed, memo.statuses = current.parsed, current.statuses
     return Outcome(
         writes=writes,
         events=events,
         statuses=statuses,
         plan=plan,
-        plan_bytes=_compact(plan),
+        plan_bytes=len(text.encode("utf-8")),
         rollout=progress,
         drain=drain,
     )

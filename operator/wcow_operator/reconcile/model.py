@@ -96,14 +96,15 @@ WriteKind = Literal[
     "patch-status",
 ]
 
-# Writes run phase by phase; a failed plan write stops the phases after it, so the finalizer
-# of earlier versions is never removed while the profile's handler is still in the plan.
+# Writes run phase by phase, a phase's writes in parallel (the plan or the rollout first,
+# so that one large write overlaps the many small ones instead of holding up the pool).
+# A failed plan write stops the writes after it that need it (``after_plan``): the rollout
+# that permits it, and the finalizer of earlier versions, never removed while the profile's
+# handler is still in the plan. A status follows its RuntimeClass write (it tells whether
+# that failed) and the plan (it says the handler is in it).
 PHASES: tuple[tuple[WriteKind, ...], ...] = (
-    ("create-runtime-class", "replace-runtime-class", "recreate-runtime-class"),
-    ("write-plan",),
-    ("write-rollout",),  # after the plan it permits, and only if that plan was written
-    ("delete-runtime-class", "remove-finalizer"),
-    ("patch-status",),
+    ("write-plan", "create-runtime-class", "replace-runtime-class", "recreate-runtime-class"),
+    ("write-rollout", "delete-runtime-class", "remove-finalizer", "patch-status"),
 )
 
 

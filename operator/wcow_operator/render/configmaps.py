@@ -17,9 +17,12 @@ from wcow_contract.rollout import (
 )
 
 
-def plan_config_map(plan: Plan, namespace: str, *, paced: bool = False) -> dict[str, Any]:
+def plan_config_map(
+    plan: Plan, namespace: str, *, paced: bool = False, text: str | None = None
+) -> dict[str, Any]:
     """The plan's ConfigMap. ``paced``: the operator's, whose rollout ConfigMap says which
-    nodes may change; without it (``wcow render`` for GitOps) every node applies at once."""
+    nodes may change; without it (``wcow render`` for GitOps) every node applies at once.
+    ``text``: the plan's canonical JSON when the caller has it already."""
     annotations = {PLAN_HASH_ANNOTATION: plan.hash}
     if paced:
         annotations[PACED_ANNOTATION] = PACED_VALUE
@@ -36,7 +39,7 @@ def plan_config_map(plan: Plan, namespace: str, *, paced: bool = False) -> dict[
             "annotations": annotations,
         },
         # Compact JSON: a ConfigMap holds at most 1 MiB, and agents parse it anyway.
-        "data": {PLAN_KEY: canonical_json(plan.view()).decode("utf-8")},
+        "data": {PLAN_KEY: canonical_json(plan.view()).decode("utf-8") if text is None else text},
     }
 
 
