@@ -35,6 +35,7 @@ from wcow_contract.rollout import (
     RESUME_ANNOTATION,
     ROLLOUT_CONFIGMAP,
     ROLLOUT_KEY,
+    Hold,
     Rollout,
     parse_rollout,
 )
@@ -55,6 +56,17 @@ from wcow_operator.reconcile.drain import (
     to_uncordon,
 )
 from wcow_operator.reconcile.health import reconciling_and_stalled
+from wcow_operator.reconcile.holds import (
+    ROLLED_OUT_KEY,
+    Claim,
+    Record,
+    dump_record,
+    hold_back,
+    next_record,
+    read_record,
+    standing,
+    trusted,
+)
 from wcow_operator.reconcile.model import (
     FINALIZER,
     EventNote,
@@ -64,7 +76,13 @@ from wcow_operator.reconcile.model import (
     Write,
 )
 from wcow_operator.reconcile.nodes import HandlerNeeds, NodeSummary, NodeTally, describe
-from wcow_operator.reconcile.rollout import Progress, decide, node_state, parse_max_unavailable
+from wcow_operator.reconcile.rollout import (
+    NodeReport,
+    Progress,
+    decide,
+    node_state,
+    parse_max_unavailable,
+)
 from wcow_operator.render.configmaps import plan_config_map, rollout_config_map
 from wcow_operator.render.runtimeclass import (
     MANAGED_BY,
@@ -99,6 +117,7 @@ class _Profile:
     planned: tuple[ConditionStatus, str, str] = ("Unknown", "Pending", "")
     runtime_class: tuple[ConditionStatus, str, str] = ("Unknown", "Pending", "")
     owns_runtime_class: bool = False
+    hold: tuple[Hold, PlanEntry | None] | None = None  # held back, and the entry kept instead
 
     @property
     def name(self) -> str:
@@ -329,7 +348,9 @@ def _plan_entries(live: list[_Profile], conflicts: dict[str, list[str]]) -> dict
                 "in the plan until only one claims it",
             )
             continue
-        if state.model is not None:
+        if state.hold is not None:
+            _held_entry(state, handler, entries)
+        elif state.model is not None:
             entries[handler] = plan_entry(state.model)
             state.planned = ("True", "InPlan", f"handler {handler} is in the plan")
         elif state.last_good is not None:
@@ -342,6 +363,27 @@ def _plan_entries(live: list[_Profile], conflicts: dict[str, list[str]]) -> dict
                 "stays in the plan",
             )
     return entries
+
+
+def _held_entry(state: _Profile, handler: str, entries: dict[str, PlanEntry]) -> None:
+    """A held-back profile's place in the plan: its last rolled-out entry, or none."""
+    assert state.hold is not None
+    hold, entry = state.hold
+    held = f"generation {hold.generation} failed on nodes and is held back"
+    if entry is None:
+        state.planned = (
+            "False",
+            "HeldBack",
+            f"{held}; it never rolled out, so handler {handler} is out of the plan until the "
+            "spec changes or the rollout is resumed",
+        )
+        return
+    entries[handler] = entry
+    state.planned = (
+        "True",
+        "HeldBack",
+        f"{held}; the plan keeps generation {entry.generation}, its last rolled-out version",
+    )
 
 
 def _fit_plan(
@@ -567,8 +609,12 @@ def _live_writes(
     return writes
 
 
-def _plan_writes(plan: Plan, observed: Observed, namespace: str) -> list[Write]:
+def _plan_writes(plan: Plan, observed: Observed, namespace: str, record: Record) -> list[Write]:
+    """The plan ConfigMap's write when the plan changed, with the record of what its
+    rollout's handlers had before (``reconcile.holds``), which is written only with it."""
     config_map = plan_config_map(plan, namespace, paced=True)
+    if record:
+        config_map["data"][ROLLED_OUT_KEY] = dump_record(record)
     current = observed.plan_config_map or {}
     same_data = (current.get("data") or {}).get(PLAN_KEY) == config_map["data"][PLAN_KEY]
     annotations = (current.get("metadata") or {}).get("annotations") or {}
@@ -579,20 +625,18 @@ def _plan_writes(plan: Plan, observed: Observed, namespace: str) -> list[Write]:
     return [Write("write-plan", name, config_map, observed=observed.plan_config_map)]
 
 
-def _rollout_writes(
+def _decide_rollout(
     plan: dict[str, Any],
     observed: Observed,
     live: list[_Profile],
     settings: ReconcileSettings,
     now: datetime,
-) -> tuple[list[Write], Progress, DrainWork]:
-    """Who may change to ``plan`` now (see ``reconcile.rollout``), the write if that
-    differs from the rollout ConfigMap, and the drainer's work."""
-    reports = observed.reports
-    if reports is None:
-        reports = NodeTally.reports(observed.nodes)
-    config_map = observed.rollout_config_map
-    current = parse_rollout(((config_map or {}).get("data") or {}).get(ROLLOUT_KEY))
+    *,
+    current: Rollout | None,
+    held: Mapping[str, Hold],
+) -> tuple[Rollout, Progress, DrainWork]:
+    """Who may change to ``plan`` now (see ``reconcile.rollout``), and the drainer's work."""
+    reports = _reports(observed)
     limits = {
         state.claimed_handler: state.model.spec.rollout.max_unavailable
         for state in live
@@ -622,18 +666,106 @@ def _rollout_writes(
         timeout=settings.rollout_timeout,
         drain=lambda changed: _drain_order(live, changed, settings.drain),
         drains=observed.drains,
+        held=held,
     )
     work = _drain_work(
         rollout, observed, plan, _drain_order(live, progress.changed, settings.drain)
     )
-    if rollout == current:
-        return [], progress, work
-    body = rollout_config_map(rollout, settings.namespace)
-    return (
-        [Write("write-rollout", ROLLOUT_CONFIGMAP, body, observed=config_map, after_plan=True)],
-        progress,
-        work,
+    return rollout, progress, work
+
+
+def _reports(observed: Observed) -> Mapping[str, NodeReport]:
+    reports = observed.reports
+    return NodeTally.reports(observed.nodes) if reports is None else reports
+
+
+def _observed_rollout(observed: Observed) -> Rollout | None:
+    return parse_rollout(((observed.rollout_config_map or {}).get("data") or {}).get(ROLLOUT_KEY))
+
+
+def _rollout_writes(rollout: Rollout, observed: Observed, namespace: str) -> list[Write]:
+    """The rollout ConfigMap's write, if the decision differs from it."""
+    if rollout == _observed_rollout(observed):
+        return []
+    body = rollout_config_map(rollout, namespace)
+    config_map = observed.rollout_config_map
+    return [Write("write-rollout", ROLLOUT_CONFIGMAP, body, observed=config_map, after_plan=True)]
+
+
+@dataclass
+class _Planned:
+    """The plan and its rollout as one pass decides them (``_plan_and_rollout``)."""
+
+    plan: Plan
+    rollout: Rollout
+    progress: Progress
+    drain: DrainWork
+    record: Record
+
+
+def _claims(live: list[_Profile], conflicts: Mapping[str, list[str]]) -> dict[str, Claim]:
+    return {
+        handler: Claim(
+            profile=state.name,
+            uid=state.observed.uid,
+            generation=state.observed.generation,
+            resume=(state.observed.metadata.get("annotations") or {}).get(RESUME_ANNOTATION),
+        )
+        for state in live
+        if (handler := state.claimed_handler) is not None and handler not in conflicts
+    }
+
+
+def _mark_holds(
+    live: list[_Profile], held: Mapping[str, Hold], claims: Mapping[str, Claim]
+) -> None:
+    """Which profiles are held back, with the entry the plan keeps for each (checked when
+    the hold was read or made: ``holds.standing``, ``holds.hold_back``)."""
+    for state in live:
+        handler = state.claimed_handler
+        hold = held.get(handler) if handler is not None else None
+        if hold is None or handler is None:
+            state.hold = None
+            continue
+        kept = None if hold.entry is None else trusted(handler, hold.entry, claims[handler])
+        state.hold = (hold, kept)
+
+
+def _plan_and_rollout(
+    live: list[_Profile],
+    conflicts: dict[str, list[str]],
+    observed: Observed,
+    settings: ReconcileSettings,
+    now: datetime,
+) -> _Planned:
+    """The plan with the held-back profiles' last rolled-out entries, and its rollout. When
+    this pass finds the rollout halted by handlers' failures, those handlers are held back
+    too: the plan is made again without their change, a new rollout (``reconcile.holds``)."""
+    claims = _claims(live, conflicts)
+    current = _observed_rollout(observed)
+    held = standing(current.held if current else {}, claims)
+
+    def one_round(last: Rollout | None) -> tuple[Plan, Rollout, Progress, DrainWork]:
+        _mark_holds(live, held, claims)
+        fitted = _fit_plan(_plan_entries(live, conflicts), observed.plan, live, settings)
+        decided = _decide_rollout(
+            fitted.view(), observed, live, settings, now, current=last, held=held
+        )
+        return fitted, *decided
+
+    fitted, rollout, progress, work = one_round(current)
+    record = read_record(observed.plan_config_map)
+    last = current
+    more = hold_back(progress, fitted.view(), record, claims, held=held, now=now)
+    if more:
+        held = {**held, **more}
+        last = rollout  # the halted rollout the new plan's replaces
+        fitted, rollout, progress, work = one_round(rollout)
+    room = CONFIGMAP_LIMIT * 95 // 100 - _compact(fitted.view())
+    record = next_record(
+        fitted.view(), observed.plan, record, last, nodes=len(_reports(observed)), room=room
     )
+    return _Planned(fitted, rollout, progress, work, record)
 
 
 def _drain_order(live: list[_Profile], changed: frozenset[str], default: Drain) -> DrainOrder:
@@ -677,6 +809,8 @@ def _rollout_status(
     state: _Profile, progress: Progress | None
 ) -> tuple[RolloutStatus | None, tuple[ConditionStatus, str, str] | None]:
     handler = state.claimed_handler
+    if state.hold is not None:
+        return _held_status(state, progress)
     if progress is None or handler is None or handler not in progress.changed:
         # Untouched by this change: what the last change that touched it said stays, so an
         # unrelated change rewrites no status.
@@ -713,6 +847,40 @@ def _rollout_status(
         total=progress.total,
         progress=done,
         state=phase,
+    )
+    return status, row
+
+
+def _held_status(
+    state: _Profile, progress: Progress | None
+) -> tuple[RolloutStatus | None, tuple[ConditionStatus, str, str]]:
+    """A held-back profile: which nodes failed and why, what became of its change, and how
+    to let it go out again. Other profiles are not halted by it."""
+    assert state.hold is not None
+    hold, kept = state.hold
+    if kept is not None:
+        where = (
+            f"the plan keeps generation {kept.generation}, its last rolled-out version, and "
+            "nodes that took the change go back to it"
+        )
+    else:
+        where = "it never rolled out: its handler leaves the plan and the nodes that took it"
+    done = f"{progress.done}/{progress.total}" if progress is not None else None
+    ran = f" ({done} nodes run the current plan)" if done else ""
+    message = (
+        f"{hold.message}; generation {hold.generation} is held back: {where}{ran}; other "
+        "profiles' changes go on. Fix the spec, or send the change out again: kubectl "
+        f"annotate wrp {state.name} {RESUME_ANNOTATION}=$(date +%s) --overwrite"
+    )
+    row: tuple[ConditionStatus, str, str] = ("False", "RolloutHalted", message[:1024])
+    if progress is None:
+        return None, row
+    status = RolloutStatus(
+        plan_hash=progress.plan_hash,
+        updated=progress.done,
+        total=progress.total,
+        progress=f"{progress.done}/{progress.total}",
+        state="Halted",
     )
     return status, row
 
@@ -785,14 +953,14 @@ def reconcile(observed: Observed, settings: ReconcileSettings, now: datetime) ->
             claims[state.claimed_handler].append(state.name)
     conflicts = {h: sorted(names) for h, names in claims.items() if len(names) > 1}
 
-    fitted = _fit_plan(_plan_entries(live, conflicts), observed.plan, live, settings)
+    planned = _plan_and_rollout(live, conflicts, observed, settings, now)
+    fitted, progress = planned.plan, planned.progress
     plan = fitted.view()
     events: list[EventNote] = []
     statuses: dict[str, dict[str, Any]] = {}
     writes = _live_writes(live, conflicts, observed, events)
-    writes += _plan_writes(fitted, observed, settings.namespace)
-    rollout_writes, progress, drain = _rollout_writes(plan, observed, live, settings, now)
-    writes += rollout_writes
+    writes += _plan_writes(fitted, observed, settings.namespace, planned.record)
+    writes += _rollout_writes(planned.rollout, observed, settings.namespace)
     writes += _deletion_writes(observed)
     writes += _status_writes(live, observed, now, statuses, events, progress=progress, plan=plan)
     return Outcome(
@@ -802,5 +970,5 @@ def reconcile(observed: Observed, settings: ReconcileSettings, now: datetime) ->
         plan=plan,
         plan_bytes=_compact(plan),
         rollout=progress,
-        drain=drain,
+        drain=planned.drain,
     )

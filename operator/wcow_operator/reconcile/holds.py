@@ -1,0 +1,180 @@
+"""A failing profile holds back only itself (issue 20 item 6).
+
+One plan carries every profile's change, and a node takes the whole plan. So when a node
+reports a changed handler Failed, the operator does not stop the plan: it holds that
+handler back. The plan it writes next has the handler's last rolled-out entry (or leaves it
+out if it never rolled out); that plan is a new rollout, paced like any other, which takes
+the failing change back off the nodes that took it and carries every other profile's
+change to every node. The hold, with the entry it puts back, lives in the rollout ConfigMap
+(``wcow_contract.rollout.Hold``), so a new leader keeps it.
+
+Where the last rolled-out entry comes from: when the operator writes a plan, it writes beside
+it (key ``rolled-out.json`` of the plan ConfigMap, which agents do not read) the entry each
+handler of the new rollout had in the last plan every node reached (null: none). A hold
+copies its handler's entry from there. Without one (a plan an older operator wrote, a
+record over the size limit, an entry this renderer would not write again) the failure
+halts the whole rollout, as failures no handler accounts for do (a node silent past the
+timeout, a drain that timed out).
+
+A hold ends when the profile's generation changes (a fixed spec: its new entry goes out), its
+resume annotation gets a new value (the held change goes out again), or the profile goes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from wcow_contract.canonical import canonical_json
+from wcow_contract.conditions import timestamp
+from wcow_contract.plan import PlanEntry
+from wcow_contract.plan_check import EntryRefusedError, checked_entry
+from wcow_contract.rollout import Hold, Rollout
+from wcow_operator.reconcile.rollout import MAX_LISTED, Progress, carried, changed_handlers
+
+ROLLED_OUT_KEY: Final = "rolled-out.json"
+Record = dict[str, dict[str, Any] | None]  # handler -> its last rolled-out entry (None: none)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A live profile's claim on its handler, as a hold is judged against it."""
+
+    profile: str
+    uid: str | None
+    generation: int | None
+    resume: str | None  # its resume annotation's value
+
+
+def read_record(config_map: Mapping[str, Any] | None) -> Record:
+    """The record written beside the plan; empty when absent or unreadable (then nothing
+    can be held back: a failure halts the whole rollout)."""
+    text = ((config_map or {}).get("data") or {}).get(ROLLED_OUT_KEY)
+    try:
+        found = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return {
+        h: e for h, e in found.items() if isinstance(h, str) and (e is None or isinstance(e, dict))
+    }
+
+
+def dump_record(record: Record) -> str:
+    return canonical_json(record).decode("utf-8")
+
+
+def next_record(
+    plan: Mapping[str, Any],
+    previous_plan: Mapping[str, Any] | None,
+    record: Record,
+    last: Rollout | None,
+    *,
+    nodes: int,
+    room: int,
+) -> Record:
+    """The record to write with ``plan``: for each handler its rollout changes, the entry it
+    had in the last plan every node reached. A handler the unfinished last rollout carried
+    keeps what the record said (its nodes may still run that); the others take the previous
+    plan's entry. Entries are kept by handler name while they fit in ``room`` bytes; the rest
+    are unknown (their failure halts the rollout)."""
+    if previous_plan is not None and previous_plan.get("hash") == plan.get("hash"):
+        return record
+    before = (previous_plan or {}).get("handlers") or {}
+    kept = carried(previous_plan, last, nodes)
+    found: Record = {}
+    for handler in sorted(changed_handlers(previous_plan, plan) | kept):
+        if handler in kept:
+            if handler in record:
+                found[handler] = record[handler]
+            continue
+        entry = before.get(handler)
+        found[handler] = entry if isinstance(entry, dict) else None
+    fitted: Record = {}
+    for handler, entry in found.items():
+        cost = len(canonical_json({handler: entry})) + 1
+        if cost <= room:
+            fitted[handler] = entry
+            room -= cost
+    return fitted
+
+
+def trusted(handler: str, entry: Mapping[str, Any], claim: Claim) -> PlanEntry | None:
+    """The entry, typed, if the operator may put it in the plan again: it names this
+    profile and its uid, and is exactly what this renderer makes of the spec it carries (an
+    agent checks the same, and refuses a plan with an entry that is not)."""
+    if entry.get("profile") != claim.profile or entry.get("uid") != claim.uid:
+        return None
+    try:
+        return checked_entry(handler, dict(entry))
+    except (EntryRefusedError, ValidationError):
+        return None
+
+
+def standing(held: Mapping[str, Hold], claims: Mapping[str, Claim]) -> dict[str, Hold]:
+    """The holds that still stand: the same profile claims the handler, at the generation
+    and with the resume annotation it had when held, and the entry is still one to write."""
+    kept: dict[str, Hold] = {}
+    for handler, hold in held.items():
+        claim = claims.get(handler)
+        if claim is None or (claim.profile, claim.uid) != (hold.profile, hold.uid):
+            continue  # deleted, renamed its handler, or another profile's now
+        if (claim.generation, claim.resume) != (hold.generation, hold.resumed_by):
+            continue  # a new spec, or resumed: the change goes out (again)
+        if hold.entry is not None and trusted(handler, hold.entry, claim) is None:
+            continue
+        kept[handler] = hold
+    return kept
+
+
+def hold_back(
+    progress: Progress,
+    plan: Mapping[str, Any],
+    record: Record,
+    claims: Mapping[str, Claim],
+    *,
+    held: Mapping[str, Hold],
+    now: datetime,
+) -> dict[str, Hold]:
+    """The handlers to hold back for the halt this pass found, or none when it cannot be
+    (then the whole rollout halts): a failure no handler accounts for, a handler already
+    held (its last rolled-out entry fails), or one without a last entry to go back to."""
+    if not progress.halted_now or progress.unattributed or not progress.culprits:
+        return {}
+    entries = plan.get("handlers") or {}
+    holds: dict[str, Hold] = {}
+    for handler, failures in sorted(progress.culprits.items()):
+        claim = claims.get(handler)
+        if handler in held or claim is None or handler not in record:
+            return {}
+        entry = record[handler]
+        if entry is not None and (
+            trusted(handler, entry, claim) is None or entry == entries.get(handler)
+        ):
+            return {}
+        holds[handler] = Hold(
+            profile=claim.profile,
+            uid=claim.uid,
+            generation=claim.generation,
+            plan_hash=str(plan["hash"]),
+            entry=entry,
+            resumed_by=claim.resume,
+            reason="NodeFailed",
+            message=_message(handler, failures),
+            since=timestamp(now),
+            nodes=list(failures[:MAX_LISTED]),
+        )
+    return holds
+
+
+def _message(handler: str, failures: tuple[Any, ...]) -> str:
+    names = ", ".join(f"{f.node} ({f.reason})" for f in failures[:MAX_LISTED])
+    first = failures[0]
+    # At most 400 of the node's words: the status adds what happens and how to resume.
+    return f"the change of handler {handler} failed on {names}; {first.node}: {first.message[:400]}"
