@@ -226,3 +226,29 @@ def test_a_status_of_another_schema_version_is_unreadable() -> None:
     newer = json.loads(STATUS_V1)
     newer["schemaVersion"] = AGENT_STATUS_SCHEMA_VERSION + 1
     assert parse_agent_status(json.dumps(newer)) is None
+
+
+def test_a_rollout_with_a_held_handler_round_trips_and_agents_read_it_as_before() -> None:
+    """``held`` was added within schema 1 (the operator's memory of a held-back change): an
+    agent's permission is the same with it, and a rollout without it keeps its bytes."""
+    newer = json.loads(ROLLOUT_V1)
+    newer["held"] = {
+        "hv": {
+            "profile": "hv",
+            "uid": "uid-hv",
+            "generation": 4,
+            "planHash": newer["planHash"],
+            "entry": None,
+            "resumedBy": None,
+            "reason": "NodeFailed",
+            "message": "the change of handler hv failed on win-b (CanaryFailed)",
+            "since": "2026-11-23T08:05:00Z",
+            "nodes": [{"node": "win-b", "reason": "CanaryFailed", "message": "hv: timeout"}],
+        }
+    }
+    held = parse_rollout(json.dumps(newer))
+    assert held is not None
+    assert held.held["hv"].generation == 4
+    assert parse_rollout(dump_rollout(held)) == held
+    assert held.model_copy(update={"held": {}}) == parse_rollout(ROLLOUT_V1)
+    assert may_change(held, newer["planHash"], "win-a")
