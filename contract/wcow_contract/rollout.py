@@ -17,17 +17,19 @@ Shape of ``data["rollout.json"]``::
                 "nodes": [{"node": "node-b", "reason": "CanaryFailed", "message": "..."}]},
      "resumedBy": "token",                # the resume annotation value last honoured
      "draining": {"node-c": "2026-11-23T08:00:00Z"},  # node -> drain began (absent: none)
-     "held": {"hv": {"profile": "hv", "uid": "...", "generation": 4, "planHash": "sha256:...",
-                     "entry": {...} | null, "resumedBy": "1", "reason": "NodeFailed",
-                     "message": "...", "since": "...", "nodes": [...]}}}  # (absent: none)
+     "held": {"hv": {"handler": "hv", "uid": "...", "generation": 4,   # profile -> hold
+                     "planHash": "sha256:...", "entryHandler": "hv", "entry": {...} | null,
+                     "resumedBy": "1", "reason": "NodeFailed", "message": "...",
+                     "since": "...", "nodes": [...]}}}  # (absent: none)
 
 ``draining`` (optional, added within schema 1): nodes the operator is cordoning or
 evicting before it lets them change; they count against ``maxUnavailable`` but may not
 change yet. Left out when empty, so a rollout without drains keeps its released bytes.
 
-``held`` (optional, added within schema 1, left out when empty the same way): handlers whose
+``held`` (optional, added within schema 1, left out when empty the same way): profiles whose
 change failed on a node and is held back. The operator keeps each one's last rolled-out
-plan entry there (``entry``; null: it never rolled out, so the plan leaves it out) and puts
+plan entry there (``entry``, for handler ``entryHandler``, which differs from ``handler``
+when the change renamed it; null: it never rolled out, so the plan leaves it out) and puts
 that entry in the plan instead of the failing one, so the failing change goes back off the
 nodes that took it and every other profile's change goes on. A hold ends when the profile's
 generation (``generation``) or its resume annotation (``resumedBy``) changes, or the
@@ -73,17 +75,19 @@ class Halt(_Model):
 
 
 class Hold(_Model):
-    """A handler whose change is held back (see ``held`` above)."""
+    """A profile whose change is held back (see ``held`` above)."""
 
-    profile: Annotated[str, Field(max_length=253)]
+    handler: Annotated[str, Field(max_length=63)]
+    """The handler the failing change is for."""
     uid: str | None = None
     generation: int | None = None
     """The profile's ``metadata.generation`` when it was held: a new one ends the hold."""
     plan_hash: str
     """The plan whose rollout failed with the held change."""
+    entry_handler: Annotated[str, Field(max_length=63)] | None = None
     entry: dict[str, Any] | None = None
-    """The handler's last rolled-out plan entry, the plan's until the hold ends (None: it
-    never rolled out, and the plan leaves the handler out)."""
+    """The profile's last rolled-out plan entry (for ``entry_handler``), the plan's until the
+    hold ends (None: it never rolled out, and the plan leaves it out)."""
     resumed_by: str | None = None
     """The profile's resume annotation when it was held: a new value ends the hold."""
     reason: Annotated[str, Field(max_length=128)]

@@ -173,7 +173,7 @@ def a_fails_on_n1() -> Cluster:
 def test_a_failing_change_is_held_back_and_taken_off_the_nodes_that_took_it() -> None:
     cluster = a_fails_on_n1()
     hold = cluster.rollout.held["a"]
-    assert (hold.generation, hold.profile) == (2, "a")
+    assert (hold.generation, hold.handler) == (2, "a")
     assert (hold.entry or {}).get("generation") == 1
     assert [f.node for f in hold.nodes] == ["n1"]
     assert cluster.plan["handlers"]["a"]["generation"] == 1  # the last rolled-out entry
@@ -339,3 +339,17 @@ def test_a_forged_held_entry_is_not_written_into_the_plan() -> None:
         e["runtime"]["options"]["VmMemorySizeInMb"] != 65536
         for e in outcome.plan["handlers"].values()
     )
+
+
+def test_a_failing_rename_keeps_the_old_handler_in_the_plan() -> None:
+    """A change that renames the handler and fails: the profile's last rolled-out entry is
+    under its old handler, and that is what stays (not an empty place)."""
+    cluster = two_profiles()
+    cluster.failing.add(("n0", "a2", 2))
+    cluster.change("a", handler="a2")
+    cluster.run()
+    hold = cluster.rollout.held["a"]
+    assert (hold.handler, hold.entry_handler) == ("a2", "a")
+    assert sorted(cluster.plan["handlers"]) == ["a", "b"]
+    assert cluster.everywhere("a") == {1}
+    assert cluster.everywhere("a2") == {None}

@@ -234,10 +234,11 @@ def test_a_rollout_with_a_held_handler_round_trips_and_agents_read_it_as_before(
     newer = json.loads(ROLLOUT_V1)
     newer["held"] = {
         "hv": {
-            "profile": "hv",
+            "handler": "hv",
             "uid": "uid-hv",
             "generation": 4,
             "planHash": newer["planHash"],
+            "entryHandler": None,
             "entry": None,
             "resumedBy": None,
             "reason": "NodeFailed",

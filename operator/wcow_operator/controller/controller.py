@@ -372,8 +372,8 @@ def _log_halt(write: Write) -> None:
 def _log_holds(new: Rollout, old: Rollout | None) -> None:
     """Say once that a handler's change is held back: the rollout it halted, and why."""
     before = old.held if old is not None else {}
-    for handler, hold in new.held.items():
-        if before.get(handler) == hold:
+    for profile, hold in new.held.items():
+        if before.get(profile) == hold:
             continue
         kept = hold.entry.get("generation") if hold.entry is not None else None
         log.warning(
@@ -382,8 +382,8 @@ def _log_holds(new: Rollout, old: Rollout | None) -> None:
             hold.plan_hash,
             printable(hold.reason, 128),
             printable(hold.message, 1024),  # names nodes' own reasons: untrusted
-            handler,
-            hold.profile,
+            hold.handler,
+            profile,
             hold.generation,
             f"back to generation {kept}" if kept is not None else "out of the plan",
             new.plan_hash,

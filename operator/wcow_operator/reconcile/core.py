@@ -62,10 +62,10 @@ from wcow_operator.reconcile.holds import (
     Record,
     dump_record,
     hold_back,
+    kept_entry,
     next_record,
     read_record,
     standing,
-    trusted,
 )
 from wcow_operator.reconcile.model import (
     FINALIZER,
@@ -117,7 +117,8 @@ class _Profile:
     planned: tuple[ConditionStatus, str, str] = ("Unknown", "Pending", "")
     runtime_class: tuple[ConditionStatus, str, str] = ("Unknown", "Pending", "")
     owns_runtime_class: bool = False
-    hold: tuple[Hold, PlanEntry | None] | None = None  # held back, and the entry kept instead
+    # Held back, and the (handler, entry) the plan keeps instead (None: none).
+    hold: tuple[Hold, tuple[str, PlanEntry] | None] | None = None
 
     @property
     def name(self) -> str:
@@ -334,6 +335,7 @@ def _compact(plan: Mapping[str, Any]) -> int:
 
 def _plan_entries(live: list[_Profile], conflicts: dict[str, list[str]]) -> dict[str, PlanEntry]:
     entries: dict[str, PlanEntry] = {}
+    claimed = {h for state in live if (h := state.claimed_handler) is not None}
     for state in live:
         handler = state.claimed_handler
         if handler is None:
@@ -349,7 +351,7 @@ def _plan_entries(live: list[_Profile], conflicts: dict[str, list[str]]) -> dict
             )
             continue
         if state.hold is not None:
-            _held_entry(state, handler, entries)
+            _held_entry(state, entries, claimed)
         elif state.model is not None:
             entries[handler] = plan_entry(state.model)
             state.planned = ("True", "InPlan", f"handler {handler} is in the plan")
@@ -365,24 +367,26 @@ def _plan_entries(live: list[_Profile], conflicts: dict[str, list[str]]) -> dict
     return entries
 
 
-def _held_entry(state: _Profile, handler: str, entries: dict[str, PlanEntry]) -> None:
+def _held_entry(state: _Profile, entries: dict[str, PlanEntry], claimed: set[str]) -> None:
     """A held-back profile's place in the plan: its last rolled-out entry, or none."""
     assert state.hold is not None
-    hold, entry = state.hold
+    hold, kept = state.hold
     held = f"generation {hold.generation} failed on nodes and is held back"
-    if entry is None:
+    if kept is None or (kept[0] != hold.handler and kept[0] in claimed):
         state.planned = (
             "False",
             "HeldBack",
-            f"{held}; it never rolled out, so handler {handler} is out of the plan until the "
-            "spec changes or the rollout is resumed",
+            f"{held}; it never rolled out, so it is out of the plan until the spec changes "
+            "or the rollout is resumed",
         )
         return
+    handler, entry = kept
     entries[handler] = entry
     state.planned = (
         "True",
         "HeldBack",
-        f"{held}; the plan keeps generation {entry.generation}, its last rolled-out version",
+        f"{held}; the plan keeps generation {entry.generation} (handler {handler}), its last "
+        "rolled-out version",
     )
 
 
@@ -704,9 +708,10 @@ class _Planned:
 
 
 def _claims(live: list[_Profile], conflicts: Mapping[str, list[str]]) -> dict[str, Claim]:
+    """profile -> its claim, for the profiles whose handler is theirs alone."""
     return {
-        handler: Claim(
-            profile=state.name,
+        state.name: Claim(
+            handler=handler,
             uid=state.observed.uid,
             generation=state.observed.generation,
             resume=(state.observed.metadata.get("annotations") or {}).get(RESUME_ANNOTATION),
@@ -716,19 +721,12 @@ def _claims(live: list[_Profile], conflicts: Mapping[str, list[str]]) -> dict[st
     }
 
 
-def _mark_holds(
-    live: list[_Profile], held: Mapping[str, Hold], claims: Mapping[str, Claim]
-) -> None:
+def _mark_holds(live: list[_Profile], held: Mapping[str, Hold]) -> None:
     """Which profiles are held back, with the entry the plan keeps for each (checked when
     the hold was read or made: ``holds.standing``, ``holds.hold_back``)."""
     for state in live:
-        handler = state.claimed_handler
-        hold = held.get(handler) if handler is not None else None
-        if hold is None or handler is None:
-            state.hold = None
-            continue
-        kept = None if hold.entry is None else trusted(handler, hold.entry, claims[handler])
-        state.hold = (hold, kept)
+        hold = held.get(state.name)
+        state.hold = None if hold is None else (hold, kept_entry(state.name, hold))
 
 
 def _plan_and_rollout(
@@ -746,7 +744,7 @@ def _plan_and_rollout(
     held = standing(current.held if current else {}, claims)
 
     def one_round(last: Rollout | None) -> tuple[Plan, Rollout, Progress, DrainWork]:
-        _mark_holds(live, held, claims)
+        _mark_holds(live, held)
         fitted = _fit_plan(_plan_entries(live, conflicts), observed.plan, live, settings)
         decided = _decide_rollout(
             fitted.view(), observed, live, settings, now, current=last, held=held
@@ -860,8 +858,8 @@ def _held_status(
     hold, kept = state.hold
     if kept is not None:
         where = (
-            f"the plan keeps generation {kept.generation}, its last rolled-out version, and "
-            "nodes that took the change go back to it"
+            f"the plan keeps generation {kept[1].generation} (handler {kept[0]}), its last "
+            "rolled-out version, and nodes that took the change go back to it"
         )
     else:
         where = "it never rolled out: its handler leaves the plan and the nodes that took it"

@@ -43,9 +43,9 @@ Record = dict[str, dict[str, Any] | None]  # handler -> its last rolled-out entr
 
 @dataclass(frozen=True)
 class Claim:
-    """A live profile's claim on its handler, as a hold is judged against it."""
+    """A live profile's claim on a handler, as a hold is judged against it."""
 
-    profile: str
+    handler: str
     uid: str | None
     generation: int | None
     resume: str | None  # its resume annotation's value
@@ -105,11 +105,13 @@ def next_record(
     return fitted
 
 
-def trusted(handler: str, entry: Mapping[str, Any], claim: Claim) -> PlanEntry | None:
+def trusted(
+    handler: str, entry: Mapping[str, Any], profile: str, uid: str | None
+) -> PlanEntry | None:
     """The entry, typed, if the operator may put it in the plan again: it names this
     profile and its uid, and is exactly what this renderer makes of the spec it carries (an
     agent checks the same, and refuses a plan with an entry that is not)."""
-    if entry.get("profile") != claim.profile or entry.get("uid") != claim.uid:
+    if entry.get("profile") != profile or entry.get("uid") != uid:
         return None
     try:
         return checked_entry(handler, dict(entry))
@@ -117,20 +119,37 @@ def trusted(handler: str, entry: Mapping[str, Any], claim: Claim) -> PlanEntry |
         return None
 
 
+def kept_entry(profile: str, hold: Hold) -> tuple[str, PlanEntry] | None:
+    """The (handler, entry) a hold keeps in the plan; None: none (it never rolled out)."""
+    if hold.entry is None or hold.entry_handler is None:
+        return None
+    entry = trusted(hold.entry_handler, hold.entry, profile, hold.uid)
+    return None if entry is None else (hold.entry_handler, entry)
+
+
 def standing(held: Mapping[str, Hold], claims: Mapping[str, Claim]) -> dict[str, Hold]:
-    """The holds that still stand: the same profile claims the handler, at the generation
-    and with the resume annotation it had when held, and the entry is still one to write."""
+    """The holds that still stand (profile -> hold): the profile (same uid) still claims the
+    handler, at the generation and with the resume annotation it had when held, and the
+    entry it keeps is still one to write."""
     kept: dict[str, Hold] = {}
-    for handler, hold in held.items():
-        claim = claims.get(handler)
-        if claim is None or (claim.profile, claim.uid) != (hold.profile, hold.uid):
-            continue  # deleted, renamed its handler, or another profile's now
+    for profile, hold in held.items():
+        claim = claims.get(profile)
+        if claim is None or (claim.uid, claim.handler) != (hold.uid, hold.handler):
+            continue  # deleted (or made again), or its handler changed
         if (claim.generation, claim.resume) != (hold.generation, hold.resumed_by):
             continue  # a new spec, or resumed: the change goes out (again)
-        if hold.entry is not None and trusted(handler, hold.entry, claim) is None:
+        if hold.entry is not None and kept_entry(profile, hold) is None:
             continue
-        kept[handler] = hold
+        kept[profile] = hold
     return kept
+
+
+def _last_entry(record: Record, profile: str, uid: str | None) -> tuple[str, dict[str, Any]] | None:
+    """The profile's entry in the record, under whichever handler it had."""
+    for handler, entry in sorted(record.items()):
+        if entry is not None and (entry.get("profile"), entry.get("uid")) == (profile, uid):
+            return handler, entry
+    return None
 
 
 def hold_back(
@@ -142,28 +161,32 @@ def hold_back(
     held: Mapping[str, Hold],
     now: datetime,
 ) -> dict[str, Hold]:
-    """The handlers to hold back for the halt this pass found, or none when it cannot be
-    (then the whole rollout halts): a failure no handler accounts for, a handler already
-    held (its last rolled-out entry fails), or one without a last entry to go back to."""
+    """The profiles to hold back (profile -> hold) for the halt this pass found, or none
+    when it cannot be (then the whole rollout halts): a failure no handler accounts for, a
+    profile already held (its last rolled-out entry fails), or one without a known last
+    entry to go back to."""
     if not progress.halted_now or progress.unattributed or not progress.culprits:
         return {}
+    by_handler = {claim.handler: name for name, claim in claims.items()}
     entries = plan.get("handlers") or {}
     holds: dict[str, Hold] = {}
     for handler, failures in sorted(progress.culprits.items()):
-        claim = claims.get(handler)
-        if handler in held or claim is None or handler not in record:
+        profile = by_handler.get(handler)
+        if profile is None or profile in held or handler not in record:
             return {}
-        entry = record[handler]
-        if entry is not None and (
-            trusted(handler, entry, claim) is None or entry == entries.get(handler)
+        claim = claims[profile]
+        last = _last_entry(record, profile, claim.uid)
+        if last is not None and (
+            trusted(*last, profile, claim.uid) is None or last[1] == entries.get(last[0])
         ):
             return {}
-        holds[handler] = Hold(
-            profile=claim.profile,
+        holds[profile] = Hold(
+            handler=handler,
             uid=claim.uid,
             generation=claim.generation,
             plan_hash=str(plan["hash"]),
-            entry=entry,
+            entry_handler=last[0] if last else None,
+            entry=last[1] if last else None,
             resumed_by=claim.resume,
             reason="NodeFailed",
             message=_message(handler, failures),
