@@ -109,7 +109,8 @@ class Cluster:
             if node.has == wanted:  # config.toml would not change: taken at once
                 node.attempted = node.applied = plan["hash"]
                 continue
-            if node.name not in rollout.permitted or node.attempted == plan["hash"]:
+            new = not node.has  # no table of the agent's yet: takes the plan at once
+            if (node.name not in rollout.permitted and not new) or node.attempted == plan["hash"]:
                 continue
             node.attempted, node.has = plan["hash"], dict(wanted)
             node.states = {h: self._proven(node, h, g) for h, g in wanted.items()}

@@ -761,7 +761,7 @@ def _plan_and_rollout(
         fitted, rollout, progress, work = one_round(rollout)
     room = CONFIGMAP_LIMIT * 95 // 100 - _compact(fitted.view())
     record = next_record(
-        fitted.view(), observed.plan, record, last, nodes=len(_reports(observed)), room=room
+        fitted.view(), observed.plan, record, last, reports=_reports(observed), room=room
     )
     return _Planned(fitted, rollout, progress, work, record)
 

@@ -35,7 +35,13 @@ from wcow_contract.conditions import timestamp
 from wcow_contract.plan import PlanEntry
 from wcow_contract.plan_check import EntryRefusedError, checked_entry
 from wcow_contract.rollout import Hold, Rollout
-from wcow_operator.reconcile.rollout import MAX_LISTED, Progress, carried, changed_handlers
+from wcow_operator.reconcile.rollout import (
+    MAX_LISTED,
+    NodeReport,
+    Progress,
+    carried,
+    changed_handlers,
+)
 
 ROLLED_OUT_KEY: Final = "rolled-out.json"
 Record = dict[str, dict[str, Any] | None]  # handler -> its last rolled-out entry (None: none)
@@ -76,18 +82,24 @@ def next_record(
     record: Record,
     last: Rollout | None,
     *,
-    nodes: int,
+    reports: Mapping[str, NodeReport],
     room: int,
 ) -> Record:
     """The record to write with ``plan``: for each handler its rollout changes, the entry it
-    had in the last plan every node reached. A handler the unfinished last rollout carried
-    keeps what the record said (its nodes may still run that); the others take the previous
-    plan's entry. Entries are kept by handler name while they fit in ``room`` bytes; the rest
-    are unknown (their failure halts the rollout)."""
+    had in the last plan every node reached. When not every node (``reports``) runs the
+    previous plan, a handler its rollout changed keeps what the record said (nodes may still
+    run that); the others take the previous plan's entry. Entries are kept by handler name
+    while they fit in ``room`` bytes; the rest are unknown (their failure halts the
+    rollout)."""
     if previous_plan is not None and previous_plan.get("hash") == plan.get("hash"):
         return record
     before = (previous_plan or {}).get("handlers") or {}
-    kept = carried(previous_plan, last, nodes)
+    previous = (previous_plan or {}).get("hash")
+    finished = all(
+        r.applied_plan_hash == previous and r.attempted_plan_hash in (None, previous)
+        for r in reports.values()
+    )
+    kept = frozenset() if finished else carried(previous_plan, last, len(reports))
     found: Record = {}
     for handler in sorted(changed_handlers(previous_plan, plan) | kept):
         if handler in kept:
