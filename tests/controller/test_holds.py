@@ -62,6 +62,7 @@ class Cluster:
     failing: set[tuple[str, str, int]] = field(default_factory=set)  # (node, handler, gen)
     now: datetime = NOW
     outcomes: list[Outcome] = field(default_factory=list)
+    settings: ReconcileSettings = SETTINGS
 
     def observe(self) -> Observed:
         plan = json.loads(self.plan_cm["data"][PLAN_KEY]) if self.plan_cm else None
@@ -76,7 +77,7 @@ class Cluster:
 
     def reconcile(self) -> Outcome:
         self.now += timedelta(seconds=5)
-        outcome = reconcile(self.observe(), SETTINGS, self.now)
+        outcome = reconcile(self.observe(), self.settings, self.now)
         for write in outcome.writes:
             if write.kind == "write-plan":
                 self.plan_cm = copy.deepcopy(write.body)
@@ -354,3 +355,25 @@ def test_a_failing_rename_keeps_the_old_handler_in_the_plan() -> None:
     assert sorted(cluster.plan["handlers"]) == ["a", "b"]
     assert cluster.everywhere("a") == {1}
     assert cluster.everywhere("a2") == {None}
+
+
+def test_nodes_still_changing_keep_their_place_in_the_rollout_that_goes_back() -> None:
+    """Two nodes let in together; one fails while the other is still changing. The plan
+    that holds the change back lets in no more than maxUnavailable beside that one."""
+    cluster = two_profiles()
+    cluster.settings = ReconcileSettings(namespace="wcow-system", max_unavailable=2)
+    cluster.change("a", vm={"processorCount": 2, "memoryMB": 4096})
+    cluster.reconcile()
+    cluster.agents()  # n0 and n1 take it
+    cluster.reconcile()
+    assert sorted(cluster.rollout.permitted) == ["n0", "n1", "n2", "n3"]
+    bad = cluster.plan["hash"]
+    n2, n3 = cluster.nodes["n2"], cluster.nodes["n3"]
+    n2.attempted, n2.has, n2.states["a"] = bad, {"a": 2, "b": 1}, ("Failed", 2)
+    n3.attempted, n3.states["a"] = bad, ("Pending", 2)  # still at it
+    cluster.reconcile()
+    rollout = cluster.rollout
+    assert "a" in rollout.held
+    assert rollout.plan_hash != bad
+    # n3 kept its place; of the nodes that go back, only one beside it (n1 waits).
+    assert sorted(rollout.permitted) == ["n0", "n3"]

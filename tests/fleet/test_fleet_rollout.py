@@ -6,8 +6,11 @@ preflighted, restarted containerd and ran its canaries), never from the operator
 
 - a good change reaches every node, never more than maxUnavailable applying at once;
 - a bad change stops after at most maxUnavailable nodes; the others keep their config.toml
-  and their ready label; the profile says RolledOut=False RolloutHalted naming the node, and
-  a Warning event RolloutHalted is posted;
+  and their ready label; the change is held back, so the nodes that took it go back to the
+  last one; the profile says RolledOut=False RolloutHalted naming the node, and a Warning
+  event RolloutHalted is posted;
+- another profile's change made while one is held back reaches every node; fixing the held
+  profile's spec then rolls it out everywhere;
 - fixing the spec resumes it; so does the resume annotation after a node fault is repaired;
 - deleting the profile removes its table and label from every node, paced too;
 - the operator SIGKILLed mid-rollout: no node starts applying without permission while it is
@@ -47,6 +50,7 @@ from tests.fleet.paced import (
     appliers,
     apply_windows,
     events,
+    every_node_on,
     fleet_summary,
     halted,
     new_plan,
@@ -286,10 +290,19 @@ def test_bad_change_stops_after_max_unavailable_nodes(
         named = {n for n in names if n in stop["message"]}
         assert named, stop["message"]
         assert named <= tried, (named, tried)
-        for name in named:
-            state = (view.agent_status(name) or {})["handlers"][hv]
-            assert state["state"] == "Failed", (name, state)
-            assert (view.agent_status(name) or {}).get("attemptedPlanHash") == bad
+        # The change is held back: the plan goes back to the last one (byte for byte), and
+        # the nodes that took the change go back to it, paced like any change.
+        until(
+            operator,
+            "the held-back change off every node",
+            lambda: plan_hash(kube, ns) == good and every_node_on(view, hv, good, (MEMORY, 2048)),
+            paced.explain,
+        )
+        rollout = read_rollout(kube, ns)
+        assert rollout is not None
+        assert rollout.halted is None
+        assert rollout.held[hv].plan_hash == bad
+        assert (rollout.held[hv].entry or {}).get("generation") == 1
         for name in sorted(set(names) - tried):
             assert fleet.nodes[name].disk_text() == before[name], f"{name} changed config.toml"
             assert view.labels(name).get(ready_label(hv)) == READY_VALUE, name

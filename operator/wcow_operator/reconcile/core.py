@@ -638,6 +638,7 @@ def _decide_rollout(
     *,
     current: Rollout | None,
     held: Mapping[str, Hold],
+    carry: Mapping[str, str] | None = None,
 ) -> tuple[Rollout, Progress, DrainWork]:
     """Who may change to ``plan`` now (see ``reconcile.rollout``), and the drainer's work."""
     reports = _reports(observed)
@@ -671,6 +672,7 @@ def _decide_rollout(
         drain=lambda changed: _drain_order(live, changed, settings.drain),
         drains=observed.drains,
         held=held,
+        carry=carry,
     )
     work = _drain_work(
         rollout, observed, plan, _drain_order(live, progress.changed, settings.drain)
@@ -743,11 +745,13 @@ def _plan_and_rollout(
     current = _observed_rollout(observed)
     held = standing(current.held if current else {}, claims)
 
-    def one_round(last: Rollout | None) -> tuple[Plan, Rollout, Progress, DrainWork]:
+    def one_round(
+        last: Rollout | None, carry: Mapping[str, str] | None = None
+    ) -> tuple[Plan, Rollout, Progress, DrainWork]:
         _mark_holds(live, held)
         fitted = _fit_plan(_plan_entries(live, conflicts), observed.plan, live, settings)
         decided = _decide_rollout(
-            fitted.view(), observed, live, settings, now, current=last, held=held
+            fitted.view(), observed, live, settings, now, current=last, held=held, carry=carry
         )
         return fitted, *decided
 
@@ -758,7 +762,9 @@ def _plan_and_rollout(
     if more:
         held = {**held, **more}
         last = rollout  # the halted rollout the new plan's replaces
-        fitted, rollout, progress, work = one_round(rollout)
+        # Nodes let in that have no result yet keep their place: they may be changing now.
+        carry = {n: rollout.permitted[n] for n in progress.in_flight}
+        fitted, rollout, progress, work = one_round(rollout, carry)
     room = CONFIGMAP_LIMIT * 95 // 100 - _compact(fitted.view())
     record = next_record(
         fitted.view(), observed.plan, record, last, reports=_reports(observed), room=room

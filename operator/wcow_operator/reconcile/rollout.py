@@ -53,6 +53,8 @@ class Progress:
     # MAX_LISTED each); failures no handler accounts for (timeouts, drains) are apart.
     culprits: Mapping[str, tuple[NodeFailure, ...]] = field(default_factory=dict)
     unattributed: tuple[NodeFailure, ...] = ()
+    # Permitted nodes with no result yet: they may be changing their config.toml now.
+    in_flight: tuple[str, ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -159,13 +161,17 @@ def decide(
     drain: Callable[[frozenset[str]], draining_.DrainOrder] | None = None,
     drains: Mapping[str, draining_.DrainProgress] | None = None,
     held: Mapping[str, Hold] | None = None,
+    carry: Mapping[str, str] | None = None,
 ) -> tuple[Rollout, Progress]:
     """The rollout for ``plan`` after this pass, and where it stands (``reconcile.drain``).
-    ``held``: the handlers held back (``reconcile.holds``), kept in the rollout as given."""
+    ``held``: the profiles held back (``reconcile.holds``), kept in the rollout as given.
+    ``carry``: permissions a new rollout starts with (nodes still busy with the plan it
+    replaces, which count against maxUnavailable until they are done with this one)."""
     held = held or {}
     plan_hash = str(plan["hash"])
     if current is None or current.plan_hash != plan_hash:
         current = _start(plan, previous_plan, current, len(reports), resume_key)
+        current = current.model_copy(update={"permitted": dict(sorted((carry or {}).items()))})
     changed = frozenset(current.changed_handlers)
     permitted = {n: t for n, t in current.permitted.items() if n in reports}  # gone: freed
     halted = current.halted
@@ -221,6 +227,7 @@ def _progress(
         halted_now=halted_now,
         culprits=culprits,
         unattributed=unattributed,
+        in_flight=tuple(n for n in rollout.permitted if states.get(n) in ("applying", "waiting")),
     )
 
 
