@@ -326,6 +326,7 @@ class Controller:
             ):
                 self.metrics.rollout_nodes.labels(state=state).set(count)
             self.metrics.rollout_halted.set(1 if progress.halted is not None else 0)
+            self.metrics.rollout_held.set(len(progress.held))
         if report.plan_written:
             self.metrics.plan_last_write.set(time.time())
         if outcome.plan_bytes > self.settings.plan_warn_bytes:

@@ -55,6 +55,7 @@ class Progress:
     unattributed: tuple[NodeFailure, ...] = ()
     # Permitted nodes with no result yet: they may be changing their config.toml now.
     in_flight: tuple[str, ...] = ()
+    held: tuple[str, ...] = ()  # profiles whose change is held back (``reconcile.holds``)
 
     @property
     def complete(self) -> bool:
@@ -228,6 +229,7 @@ def _progress(
         culprits=culprits,
         unattributed=unattributed,
         in_flight=tuple(n for n in rollout.permitted if states.get(n) in ("applying", "waiting")),
+        held=tuple(rollout.held),
     )
 
 
