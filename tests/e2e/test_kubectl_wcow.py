@@ -241,7 +241,7 @@ def _check_kubectl_finds_the_plugin(config: Path, ns: str) -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert shown.returncode == 0, shown.stderr
-    assert "HALTED" in shown.stdout
+    assert "HELD BACK" in shown.stdout, shown.stdout
 
 
 def _check_verify(
