@@ -53,6 +53,7 @@ from wcow_operator.render.configmaps import plan_config_map, rollout_config_map
 WIRE = ROOT / "tests" / "fixtures" / "wire"
 PLAN_V1 = (WIRE / "plan-v1.json").read_text(encoding="utf-8")
 ROLLOUT_V1 = (WIRE / "rollout-v1.json").read_text(encoding="utf-8").strip()
+ROLLOUT_HELD_V1 = (WIRE / "rollout-v1-held.json").read_text(encoding="utf-8").strip()
 STATUS_V1 = (WIRE / "agent-status-v1.json").read_text(encoding="utf-8").strip()
 
 
@@ -228,28 +229,16 @@ def test_a_status_of_another_schema_version_is_unreadable() -> None:
     assert parse_agent_status(json.dumps(newer)) is None
 
 
-def test_a_rollout_with_a_held_handler_round_trips_and_agents_read_it_as_before() -> None:
-    """``held`` was added within schema 1 (the operator's memory of a held-back change): an
-    agent's permission is the same with it, and a rollout without it keeps its bytes."""
-    newer = json.loads(ROLLOUT_V1)
-    newer["held"] = {
-        "hv": {
-            "handler": "hv",
-            "uid": "uid-hv",
-            "generation": 4,
-            "planHash": newer["planHash"],
-            "entryHandler": None,
-            "entry": None,
-            "resumedBy": None,
-            "reason": "NodeFailed",
-            "message": "the change of handler hv failed on win-b (CanaryFailed)",
-            "since": "2026-11-23T08:05:00Z",
-            "nodes": [{"node": "win-b", "reason": "CanaryFailed", "message": "hv: timeout"}],
-        }
-    }
-    held = parse_rollout(json.dumps(newer))
+def test_a_rollout_with_a_held_back_profile_keeps_its_bytes_and_agents_read_it() -> None:
+    """``held`` was added within schema 1 (the operator's memory of a held-back change): the
+    operator writes it as released from now on, an agent's permission is the same with it,
+    and a rollout without it keeps the bytes released before it (above)."""
+    held = parse_rollout(ROLLOUT_HELD_V1)
     assert held is not None
-    assert held.held["hv"].generation == 4
-    assert parse_rollout(dump_rollout(held)) == held
-    assert held.model_copy(update={"held": {}}) == parse_rollout(ROLLOUT_V1)
-    assert may_change(held, newer["planHash"], "win-a")
+    assert dump_rollout(held) == ROLLOUT_HELD_V1
+    hold = held.held["hv-ltsc2022"]
+    assert (hold.handler, hold.generation, hold.entry) == ("hyperv-ltsc2022", 4, None)
+    assert held.model_copy(update={"held": {}}) == parse_rollout(ROLLOUT_V1).model_copy(  # type: ignore[union-attr]
+        update={"halted": None}
+    )
+    assert may_change(held, held.plan_hash, "win-a")
