@@ -51,6 +51,7 @@ _NOT_READY = (
     Reason("InvalidSpec", "False"),
     Reason("HandlerConflict", "False"),
     Reason("PlanTooLarge", "False"),
+    Reason("HeldBack", "False"),
     Reason("RuntimeClassConflict", "False"),
     Reason("RuntimeClassWriteFailed", "False"),
     Reason("NoEligibleNodes", "False"),
@@ -78,9 +79,15 @@ CONDITIONS: tuple[ConditionKind, ...] = (
         (
             Reason("InPlan", "True"),
             Reason("LastGoodKept", "True", "the spec is invalid; its last valid version stays"),
+            Reason(
+                "HeldBack",
+                "True",
+                "its change failed on a node and is held back; its last rolled-out version stays",
+            ),
             Reason("InvalidSpec", "False"),
             Reason("HandlerConflict", "False", "two profiles claim one handler"),
             Reason("PlanTooLarge", "False", "the plan is at its size limit"),
+            Reason("HeldBack", "False", "held back, and it never rolled out"),
         ),
     ),
     ConditionKind(

@@ -16,11 +16,24 @@ Shape of ``data["rollout.json"]``::
      "halted": {"reason": "NodeFailed", "message": "...", "since": "...",
                 "nodes": [{"node": "node-b", "reason": "CanaryFailed", "message": "..."}]},
      "resumedBy": "token",                # the resume annotation value last honoured
-     "draining": {"node-c": "2026-11-23T08:00:00Z"}}  # node -> drain began (absent: none)
+     "draining": {"node-c": "2026-11-23T08:00:00Z"},  # node -> drain began (absent: none)
+     "held": {"hv": {"handler": "hv", "uid": "...", "generation": 4,   # profile -> hold
+                     "planHash": "sha256:...", "entryHandler": "hv", "entry": {...} | null,
+                     "resumedBy": "1", "reason": "NodeFailed", "message": "...",
+                     "since": "...", "nodes": [...]}}}  # (absent: none)
 
 ``draining`` (optional, added within schema 1): nodes the operator is cordoning or
 evicting before it lets them change; they count against ``maxUnavailable`` but may not
 change yet. Left out when empty, so a rollout without drains keeps its released bytes.
+
+``held`` (optional, added within schema 1, left out when empty the same way): profiles whose
+change failed on a node and is held back. The operator keeps each one's last rolled-out
+plan entry there (``entry``, for handler ``entryHandler``, which differs from ``handler``
+when the change renamed it; null: it never rolled out, so the plan leaves it out) and puts
+that entry in the plan instead of the failing one, so the failing change goes back off the
+nodes that took it and every other profile's change goes on. A hold ends when the profile's
+generation (``generation``) or its resume annotation (``resumedBy``) changes, or the
+profile is deleted. Agents ignore it: the plan says what each node should have.
 
 Schema skew (docs/architecture.md): unknown fields are ignored, so an agent reads the rollout
 of an operator one version ahead that added a field; a rollout of another ``schemaVersion``
@@ -29,7 +42,7 @@ is unreadable, and an unreadable rollout lets nobody change.
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
@@ -61,6 +74,28 @@ class Halt(_Model):
     nodes: list[NodeFailure] = []
 
 
+class Hold(_Model):
+    """A profile whose change is held back (see ``held`` above)."""
+
+    handler: Annotated[str, Field(max_length=63)]
+    """The handler the failing change is for."""
+    uid: str | None = None
+    generation: int | None = None
+    """The profile's ``metadata.generation`` when it was held: a new one ends the hold."""
+    plan_hash: str
+    """The plan whose rollout failed with the held change."""
+    entry_handler: Annotated[str, Field(max_length=63)] | None = None
+    entry: dict[str, Any] | None = None
+    """The profile's last rolled-out plan entry (for ``entry_handler``), the plan's until the
+    hold ends (None: it never rolled out, and the plan leaves it out)."""
+    resumed_by: str | None = None
+    """The profile's resume annotation when it was held: a new value ends the hold."""
+    reason: Annotated[str, Field(max_length=128)]
+    message: Annotated[str, Field(max_length=1024)] = ""
+    since: str
+    nodes: list[NodeFailure] = []
+
+
 class Rollout(_Model):
     schema_version: Literal[1] = ROLLOUT_SCHEMA_VERSION
     plan_hash: str
@@ -70,6 +105,7 @@ class Rollout(_Model):
     halted: Halt | None = None
     resumed_by: str | None = None
     draining: dict[str, str] = {}
+    held: dict[str, Hold] = {}
 
 
 def dump_rollout(rollout: Rollout) -> str:
@@ -77,6 +113,8 @@ def dump_rollout(rollout: Rollout) -> str:
     document = rollout.model_dump(by_alias=True, mode="json")
     if not rollout.draining:
         del document["draining"]  # the bytes of a rollout without drains, as released
+    if not rollout.held:
+        del document["held"]  # the same for one without holds
     return canonical_json(document).decode("utf-8")
 
 

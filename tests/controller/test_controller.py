@@ -527,7 +527,8 @@ def test_a_node_done_hands_its_slot_over_at_once_with_one_write(
     assert api.writes() == []  # nothing new: nothing written
     settle(controller)
     assert "replace_config_map" not in api.writes()  # the pass agrees with the hand-over
-    # A failure halts in the pass, not in a hand-over, and the operator's log says so once.
+    # A failure halts in the pass, not in a hand-over, and the operator's log says so once:
+    # the failing handler is held back (it never rolled out: out of the plan).
     api.nodes[1] = windows_node("n1", plan, "Failed")
     api.calls.clear()
     with caplog.at_level("WARNING", logger="wcow_operator.controller.controller"):
@@ -539,7 +540,10 @@ def test_a_node_done_hands_its_slot_over_at_once_with_one_write(
     halts = [r.getMessage() for r in caplog.records if "halted" in r.getMessage()]
     assert len(halts) == 1, halts
     assert "n1 (RFailed)" in halts[0]
-    assert rollout_of(api).halted is not None
+    assert "held back: handler hv" in halts[0]
+    assert rollout_of(api).halted is None
+    assert rollout_of(api).held["hv"].entry is None
+    assert "hv" not in (api.plan() or {})["handlers"]
 
 
 def test_the_runner_hands_over_before_the_debounced_pass(

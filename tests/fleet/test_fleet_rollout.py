@@ -6,8 +6,11 @@ preflighted, restarted containerd and ran its canaries), never from the operator
 
 - a good change reaches every node, never more than maxUnavailable applying at once;
 - a bad change stops after at most maxUnavailable nodes; the others keep their config.toml
-  and their ready label; the profile says RolledOut=False RolloutHalted naming the node, and
-  a Warning event RolloutHalted is posted;
+  and their ready label; the change is held back, so the nodes that took it go back to the
+  last one; the profile says RolledOut=False RolloutHalted naming the node, and a Warning
+  event RolloutHalted is posted;
+- another profile's change made while one is held back reaches every node; fixing the held
+  profile's spec then rolls it out everywhere;
 - fixing the spec resumes it; so does the resume annotation after a node fault is repaired;
 - deleting the profile removes its table and label from every node, paced too;
 - the operator SIGKILLed mid-rollout: no node starts applying without permission while it is
@@ -47,6 +50,7 @@ from tests.fleet.paced import (
     appliers,
     apply_windows,
     events,
+    every_node_on,
     fleet_summary,
     halted,
     new_plan,
@@ -297,10 +301,19 @@ def test_bad_change_stops_after_max_unavailable_nodes(
         named = {n for n in names if n in stop["message"]}
         assert named, stop["message"]
         assert named <= tried, (named, tried)
-        for name in named:
-            state = (view.agent_status(name) or {})["handlers"][hv]
-            assert state["state"] == "Failed", (name, state)
-            assert (view.agent_status(name) or {}).get("attemptedPlanHash") == bad
+        # The change is held back: the plan goes back to the last one (byte for byte), and
+        # the nodes that took the change go back to it, paced like any change.
+        until(
+            operator,
+            "the held-back change off every node",
+            lambda: plan_hash(kube, ns) == good and every_node_on(view, hv, good, (MEMORY, 2048)),
+            paced.explain,
+        )
+        rollout = read_rollout(kube, ns)
+        assert rollout is not None
+        assert rollout.halted is None
+        assert rollout.held[hv].plan_hash == bad
+        assert (rollout.held[hv].entry or {}).get("generation") == 1
         for name in sorted(set(names) - tried):
             assert fleet.nodes[name].disk_text() == before[name], f"{name} changed config.toml"
             assert view.labels(name).get(ready_label(hv)) == READY_VALUE, name
@@ -483,3 +496,88 @@ def test_operator_killed_mid_rollout_no_node_applies_without_permission(
                 f"{hv}'s table gone from every node",
                 lambda: all(hv not in view.disk_runtimes(n) for n in names),
             )
+
+
+def test_a_failing_profile_holds_back_only_itself(
+    kube: client.ApiClient, kubeconfig: Path, prefix: str, tmp_path: Path
+) -> None:
+    """Issue 20 item 6: profile A's change fails on the first nodes and is held back (they
+    go back to A's last version); profile B's change made meanwhile reaches every node while
+    A stays held; fixing A's spec then rolls A out to every node."""
+    with paced_fleet(kube, kubeconfig, prefix, tmp_path) as paced:
+        operator, fleet, view, ns = paced.operator, paced.fleet, paced.view, paced.ns
+        a, names, explain = paced.hv, paced.names, paced.explain
+        b = f"{prefix}-b"
+        custom = client.CustomObjectsApi(kube)
+        with profiles_cleaned_up(kube, [b]):
+            custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, hyperv_profile(b, 2048))
+            both = until(
+                operator,
+                f"{b} on every node",
+                lambda: reached(view, kube, ns, b, (MEMORY, 2048)),
+                explain,
+            )
+            # A's change fails on every node it reaches: held back after the first ones.
+            since = time.time()
+            patch_spec(kube, a, BAD_CHANGE)
+            bad = new_plan(operator, kube, ns, both)
+            stop = until(operator, f"{a} RolloutHalted", lambda: halted(view, a), explain)
+            tried = appliers(fleet.nodes, since)
+            assert 1 <= len(tried) <= PROFILE_LIMIT, tried
+            assert any(n in stop["message"] for n in tried), stop["message"]
+            assert "held back" in stop["message"], stop["message"]
+            until(
+                operator,
+                f"{a}'s change off the nodes that took it",
+                lambda: every_node_on(view, a, both, (MEMORY, 2048)),
+                explain,
+            )
+            rollout = read_rollout(kube, ns)
+            assert rollout is not None
+            assert rollout.halted is None
+            assert rollout.held[a].plan_hash == bad
+
+            # B's change, made while A is held, reaches every node.
+            since = time.time()
+            patch_spec(kube, b, {"vm": {"memoryMB": 3072}})
+            new_plan(operator, kube, ns, both)
+            moved = until(
+                operator,
+                f"{b}'s change on every node while {a} is held",
+                lambda: reached(view, kube, ns, b, (MEMORY, 3072)),
+                explain,
+            )
+            windows = apply_windows(fleet.nodes, since)
+            assert sorted(w.node for w in windows) == names, windows
+            assert peak_overlap(windows) <= PROFILE_LIMIT, windows
+            assert every_node_on(view, a, moved, (MEMORY, 2048))  # A: its last version
+            assert halted(view, a) is not None, "A's hold went with B's change"
+            body = view.profile(b)
+            assert body is not None
+            assert compute(body)[0] == "Current", body["status"]
+            rollout = read_rollout(kube, ns)
+            assert rollout is not None
+            assert list(rollout.held) == [a]
+            assert rollout.halted is None
+
+            # Fixing A's spec rolls A out to every node; the hold is gone.
+            since = time.time()
+            patch_spec(kube, a, {"containerd": {"runtimePath": None}, "vm": {"memoryMB": 4096}})
+            new_plan(operator, kube, ns, moved)
+            fixed = until(
+                operator,
+                f"{a}'s fixed spec on every node",
+                lambda: reached(view, kube, ns, a, (MEMORY, 4096)),
+                explain,
+            )
+            assert every_node_on(view, b, fixed, (MEMORY, 3072))
+            rollout = read_rollout(kube, ns)
+            assert rollout is not None
+            assert rollout.held == {}
+            windows = apply_windows(fleet.nodes, since)
+            assert sorted(w.node for w in windows) == names, windows
+            assert peak_overlap(windows) <= PROFILE_LIMIT, windows
+            log = operator.log.read_text(encoding="utf-8", errors="replace").splitlines()
+            holds = [line for line in log if f"rollout of plan {bad} halted" in line]
+            assert len(holds) == 1, holds
+            assert f"held back: handler {a}" in holds[0], holds[0]

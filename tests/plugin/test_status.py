@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 from tests.plugin import fixtures
+from wcow_contract.rollout import Hold, dump_rollout
+from wcow_contract.v1alpha1 import NodeFailure
 from wcow_operator.plugin import status, table
 
 
@@ -140,3 +142,41 @@ def test_a_node_cannot_write_lines_into_the_table() -> None:
     text = table.render(report)
     assert not any(line.startswith("w9") for line in text.splitlines())
     assert "\x1b" not in text
+
+
+def test_table_and_json_show_a_held_back_profile_and_how_to_send_it_out_again() -> None:
+    held = fixtures.rollout().model_copy(
+        update={
+            "halted": None,
+            "held": {
+                "proc": Hold(
+                    handler="proc",
+                    uid="uid-proc",
+                    generation=3,
+                    plan_hash="sha256:old",
+                    reason="NodeFailed",
+                    message="the change of handler proc failed on w4 (CanaryFailed)",
+                    since="2026-11-25T01:03:00Z",
+                    nodes=[NodeFailure(node="w4", reason="CanaryFailed", message="proc: no")],
+                )
+            },
+        }
+    )
+    maps = fixtures.maps(
+        fixtures.plan_map(),
+        fixtures.config_map("wcow-runtime-rollout", "rollout.json", dump_rollout(held)),
+    )
+    report = status.report(
+        namespace=fixtures.NS,
+        profiles=fixtures.profiles(),
+        nodes=fixtures.nodes(),
+        config_maps=maps,
+    )
+    text = table.render(report)
+    assert "HALTED" not in text
+    line = next(line for line in text.splitlines() if line.startswith("HELD BACK since"))
+    assert "profile proc (handler proc, generation 3): NodeFailed:" in line, line
+    assert "w4 (CanaryFailed)" in line
+    assert "kubectl annotate wrp proc runtime.wcow.dev/resume-rollout" in text
+    document = json.loads(report.as_json())
+    assert document["rollout"]["held"]["proc"]["nodes"] == "w4"

@@ -53,6 +53,7 @@ from wcow_operator.render.configmaps import plan_config_map, rollout_config_map
 WIRE = ROOT / "tests" / "fixtures" / "wire"
 PLAN_V1 = (WIRE / "plan-v1.json").read_text(encoding="utf-8")
 ROLLOUT_V1 = (WIRE / "rollout-v1.json").read_text(encoding="utf-8").strip()
+ROLLOUT_HELD_V1 = (WIRE / "rollout-v1-held.json").read_text(encoding="utf-8").strip()
 STATUS_V1 = (WIRE / "agent-status-v1.json").read_text(encoding="utf-8").strip()
 
 
@@ -226,3 +227,18 @@ def test_a_status_of_another_schema_version_is_unreadable() -> None:
     newer = json.loads(STATUS_V1)
     newer["schemaVersion"] = AGENT_STATUS_SCHEMA_VERSION + 1
     assert parse_agent_status(json.dumps(newer)) is None
+
+
+def test_a_rollout_with_a_held_back_profile_keeps_its_bytes_and_agents_read_it() -> None:
+    """``held`` was added within schema 1 (the operator's memory of a held-back change): the
+    operator writes it as released from now on, an agent's permission is the same with it,
+    and a rollout without it keeps the bytes released before it (above)."""
+    held = parse_rollout(ROLLOUT_HELD_V1)
+    assert held is not None
+    assert dump_rollout(held) == ROLLOUT_HELD_V1
+    hold = held.held["hv-ltsc2022"]
+    assert (hold.handler, hold.generation, hold.entry) == ("hyperv-ltsc2022", 4, None)
+    assert held.model_copy(update={"held": {}}) == parse_rollout(ROLLOUT_V1).model_copy(  # type: ignore[union-attr]
+        update={"halted": None}
+    )
+    assert may_change(held, held.plan_hash, "win-a")

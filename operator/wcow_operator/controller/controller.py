@@ -17,7 +17,7 @@ from typing import Any
 from wcow_contract.condition_table import CONDITIONS
 from wcow_contract.conditions import timestamp
 from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_KEY
-from wcow_contract.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY, parse_rollout
+from wcow_contract.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY, Rollout, parse_rollout
 from wcow_contract.support.retry import Backoff
 from wcow_contract.text import printable
 from wcow_contract.v1alpha1 import API_VERSION, KIND
@@ -333,6 +333,7 @@ class Controller:
             ):
                 self.metrics.rollout_nodes.labels(state=state).set(count)
             self.metrics.rollout_halted.set(1 if progress.halted is not None else 0)
+            self.metrics.rollout_held.set(len(progress.held))
         if report.plan_written:
             self.metrics.plan_last_write.set(time.time())
         if outcome.plan_bytes > self.settings.plan_warn_bytes:
@@ -359,8 +360,11 @@ def _log_halt(write: Write) -> None:
     only when the decision changes, and a halt stays as it is until a resume or a new plan."""
     new = parse_rollout(write.body["data"].get(ROLLOUT_KEY))
     old = parse_rollout(((write.observed or {}).get("data") or {}).get(ROLLOUT_KEY))
-    halt = new.halted if new is not None else None
-    if new is None or halt is None:
+    if new is None:
+        return
+    _log_holds(new, old)
+    halt = new.halted
+    if halt is None:
         return
     if old is not None and old.plan_hash == new.plan_hash and old.halted == halt:
         return
@@ -371,6 +375,27 @@ def _log_halt(write: Write) -> None:
         printable(halt.message, 1024),  # names nodes' own reasons: untrusted
         ", ".join(new.changed_handlers) or "none",
     )
+
+
+def _log_holds(new: Rollout, old: Rollout | None) -> None:
+    """Say once that a handler's change is held back: the rollout it halted, and why."""
+    before = old.held if old is not None else {}
+    for profile, hold in new.held.items():
+        if before.get(profile) == hold:
+            continue
+        kept = hold.entry.get("generation") if hold.entry is not None else None
+        log.warning(
+            "rollout of plan %s halted (%s): %s; held back: handler %s of profile %s "
+            "(generation %s), %s; the new plan %s carries the other changes",
+            hold.plan_hash,
+            printable(hold.reason, 128),
+            printable(hold.message, 1024),  # names nodes' own reasons: untrusted
+            hold.handler,
+            profile,
+            hold.generation,
+            f"back to generation {kept}" if kept is not None else "out of the plan",
+            new.plan_hash,
+        )
 
 
 def _blocked_cleanups(outcome: Outcome, error: Exception) -> list[EventNote]:

@@ -66,6 +66,11 @@ class Metrics:
         self.rollout_halted = Gauge(
             "wcow_rollout_halted", "1 while the current rollout is halted by a failure", registry=r
         )
+        self.rollout_held = Gauge(
+            "wcow_rollout_held",
+            "Profiles whose change failed on a node and is held back (the others roll out)",
+            registry=r,
+        )
         self.drains = Counter(
             "wcow_drains_total",
             "Node drains before a restart, by result: drained (the node was let in) or "

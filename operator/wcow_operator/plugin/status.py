@@ -74,6 +74,8 @@ class RolloutLine:
     changed_handlers: list[str]
     max_unavailable: int
     halted: dict[str, str] | None
+    # profile -> its held-back change: handler, generation, reason, message, since, nodes
+    held: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -266,6 +268,17 @@ def report(
             halted=None
             if halted is None
             else {"reason": halted.reason, "message": _text(halted.message), "since": halted.since},
+            held={
+                name: {
+                    "handler": hold.handler,
+                    "generation": str(hold.generation),
+                    "reason": hold.reason,
+                    "message": _text(hold.message),
+                    "since": hold.since,
+                    "nodes": " ".join(f.node for f in hold.nodes),
+                }
+                for name, hold in sorted(rollout.held.items())
+            },
         )
         if not line.current:
             notes.append("the rollout is for another plan: the operator has not caught up yet")

@@ -55,6 +55,14 @@ def _rollout(report: Report) -> str:
         names = " ".join(p.name for p in changed) or "NAME"
         head += f"\nHALTED since {halted['since']}: {halted['reason']}: {halted['message']}"
         head += "\n  resume " + RESUME.format(names=names, annotation=RESUME_ANNOTATION)
+    for name, hold in rollout.held.items():
+        head += (
+            f"\nHELD BACK since {hold['since']}: profile {name} (handler {hold['handler']}, "
+            f"generation {hold['generation']}): {hold['reason']}: {hold['message']}"
+        )
+        head += "\n  fix the spec, or send it out again " + RESUME.format(
+            names=name, annotation=RESUME_ANNOTATION
+        )
     text = head + "\n\n"
     if changed:
         states = ("done", "applying", "waiting", "failed")

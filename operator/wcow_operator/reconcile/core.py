@@ -36,6 +36,7 @@ from wcow_contract.rollout import (
     RESUME_ANNOTATION,
     ROLLOUT_CONFIGMAP,
     ROLLOUT_KEY,
+    Hold,
     Rollout,
     parse_rollout,
 )
@@ -56,6 +57,17 @@ from wcow_operator.reconcile.drain import (
     to_uncordon,
 )
 from wcow_operator.reconcile.health import reconciling_and_stalled
+from wcow_operator.reconcile.holds import (
+    ROLLED_OUT_KEY,
+    Claim,
+    Record,
+    dump_record,
+    hold_back,
+    kept_entry,
+    next_record,
+    read_record,
+    standing,
+)
 from wcow_operator.reconcile.model import (
     FINALIZER,
     EventNote,
@@ -65,7 +77,13 @@ from wcow_operator.reconcile.model import (
     Write,
 )
 from wcow_operator.reconcile.nodes import HandlerNeeds, NodeSummary, NodeTally, describe
-from wcow_operator.reconcile.rollout import Progress, decide, node_state, parse_max_unavailable
+from wcow_operator.reconcile.rollout import (
+    NodeReport,
+    Progress,
+    decide,
+    node_state,
+    parse_max_unavailable,
+)
 from wcow_operator.render.configmaps import plan_config_map, rollout_config_map
 from wcow_operator.render.runtimeclass import (
     MANAGED_BY,
@@ -100,6 +118,8 @@ class _Profile:
     planned: tuple[ConditionStatus, str, str] = ("Unknown", "Pending", "")
     runtime_class: tuple[ConditionStatus, str, str] = ("Unknown", "Pending", "")
     owns_runtime_class: bool = False
+    # Held back, and the (handler, entry) the plan keeps instead (None: none).
+    hold: tuple[Hold, tuple[str, PlanEntry] | None] | None = None
 
     @property
     def name(self) -> str:
@@ -364,6 +384,7 @@ def _compact(plan: Mapping[str, Any]) -> int:
 
 def _plan_entries(live: list[_Profile], conflicts: dict[str, list[str]]) -> dict[str, PlanEntry]:
     entries: dict[str, PlanEntry] = {}
+    claimed = {h for state in live if (h := state.claimed_handler) is not None}
     for state in live:
         handler = state.claimed_handler
         if handler is None:
@@ -378,7 +399,9 @@ def _plan_entries(live: list[_Profile], conflicts: dict[str, list[str]]) -> dict
                 "in the plan until only one claims it",
             )
             continue
-        if state.model is not None:
+        if state.hold is not None:
+            _held_entry(state, entries, claimed)
+        elif state.model is not None:
             entries[handler] = plan_entry(state.model)
             state.planned = ("True", "InPlan", f"handler {handler} is in the plan")
         elif state.last_good is not None:
@@ -391,6 +414,29 @@ def _plan_entries(live: list[_Profile], conflicts: dict[str, list[str]]) -> dict
                 "stays in the plan",
             )
     return entries
+
+
+def _held_entry(state: _Profile, entries: dict[str, PlanEntry], claimed: set[str]) -> None:
+    """A held-back profile's place in the plan: its last rolled-out entry, or none."""
+    assert state.hold is not None
+    hold, kept = state.hold
+    held = f"generation {hold.generation} failed on nodes and is held back"
+    if kept is None or (kept[0] != hold.handler and kept[0] in claimed):
+        state.planned = (
+            "False",
+            "HeldBack",
+            f"{held}; it never rolled out, so it is out of the plan until the spec changes "
+            "or the rollout is resumed",
+        )
+        return
+    handler, entry = kept
+    entries[handler] = entry
+    state.planned = (
+        "True",
+        "HeldBack",
+        f"{held}; the plan keeps generation {entry.generation} (handler {handler}), its last "
+        "rolled-out version",
+    )
 
 
 def _fit_plan(
@@ -625,10 +671,16 @@ def _live_writes(
     return writes
 
 
-def _plan_writes(plan: Plan, text: str, observed: Observed, namespace: str) -> list[Write]:
-    """``text``: the plan's canonical JSON, as its ConfigMap holds it (worked out once a
-    pass: at 500 handlers it is 273 KB)."""
+def _plan_writes(
+    plan: Plan, text: str, observed: Observed, namespace: str, record: Record
+) -> list[Write]:
+    """The plan ConfigMap's write when the plan changed, with the record of what its
+    rollout's handlers had before (``reconcile.holds``), which is written only with it.
+    ``text``: the plan's canonical JSON, as its ConfigMap holds it (worked out once a pass:
+    at 500 handlers it is 273 KB)."""
     config_map = plan_config_map(plan, namespace, paced=True, text=text)
+    if record:
+        config_map["data"][ROLLED_OUT_KEY] = dump_record(record)
     current = observed.plan_config_map or {}
     same_data = (current.get("data") or {}).get(PLAN_KEY) == text
     annotations = (current.get("metadata") or {}).get("annotations") or {}
@@ -639,20 +691,19 @@ def _plan_writes(plan: Plan, text: str, observed: Observed, namespace: str) -> l
     return [Write("write-plan", name, config_map, observed=observed.plan_config_map)]
 
 
-def _rollout_writes(
+def _decide_rollout(
     plan: dict[str, Any],
     observed: Observed,
     live: list[_Profile],
     settings: ReconcileSettings,
     now: datetime,
-) -> tuple[list[Write], Progress, DrainWork]:
-    """Who may change to ``plan`` now (see ``reconcile.rollout``), the write if that
-    differs from the rollout ConfigMap, and the drainer's work."""
-    reports = observed.reports
-    if reports is None:
-        reports = NodeTally.reports(observed.nodes)
-    config_map = observed.rollout_config_map
-    current = parse_rollout(((config_map or {}).get("data") or {}).get(ROLLOUT_KEY))
+    *,
+    current: Rollout | None,
+    held: Mapping[str, Hold],
+    carry: Mapping[str, str] | None = None,
+) -> tuple[Rollout, Progress, DrainWork]:
+    """Who may change to ``plan`` now (see ``reconcile.rollout``), and the drainer's work."""
+    reports = _reports(observed)
     limits = {
         state.claimed_handler: state.model.spec.rollout.max_unavailable
         for state in live
@@ -682,18 +733,105 @@ def _rollout_writes(
         timeout=settings.rollout_timeout,
         drain=lambda changed: _drain_order(live, changed, settings.drain),
         drains=observed.drains,
+        held=held,
+        carry=carry,
     )
     work = _drain_work(
         rollout, observed, plan, _drain_order(live, progress.changed, settings.drain)
     )
-    if rollout == current:
-        return [], progress, work
-    body = rollout_config_map(rollout, settings.namespace)
-    return (
-        [Write("write-rollout", ROLLOUT_CONFIGMAP, body, observed=config_map, after_plan=True)],
-        progress,
-        work,
-    )
+    return rollout, progress, work
+
+
+def _reports(observed: Observed) -> Mapping[str, NodeReport]:
+    reports = observed.reports
+    return NodeTally.reports(observed.nodes) if reports is None else reports
+
+
+def _observed_rollout(observed: Observed) -> Rollout | None:
+    return parse_rollout(((observed.rollout_config_map or {}).get("data") or {}).get(ROLLOUT_KEY))
+
+
+def _rollout_writes(rollout: Rollout, observed: Observed, namespace: str) -> list[Write]:
+    """The rollout ConfigMap's write, if the decision differs from it."""
+    if rollout == _observed_rollout(observed):
+        return []
+    body = rollout_config_map(rollout, namespace)
+    config_map = observed.rollout_config_map
+    return [Write("write-rollout", ROLLOUT_CONFIGMAP, body, observed=config_map, after_plan=True)]
+
+
+@dataclass
+class _Planned:
+    """The plan and its rollout as one pass decides them (``_plan_and_rollout``)."""
+
+    plan: Plan
+    view: dict[str, Any]  # the plan's view and canonical JSON, each worked out once
+    text: str
+    rollout: Rollout
+    progress: Progress
+    drain: DrainWork
+    record: Record
+
+
+def _claims(live: list[_Profile], conflicts: Mapping[str, list[str]]) -> dict[str, Claim]:
+    """profile -> its claim, for the profiles whose handler is theirs alone."""
+    return {
+        state.name: Claim(
+            handler=handler,
+            uid=state.observed.uid,
+            generation=state.observed.generation,
+            resume=(state.observed.metadata.get("annotations") or {}).get(RESUME_ANNOTATION),
+        )
+        for state in live
+        if (handler := state.claimed_handler) is not None and handler not in conflicts
+    }
+
+
+def _mark_holds(live: list[_Profile], held: Mapping[str, Hold]) -> None:
+    """Which profiles are held back, with the entry the plan keeps for each (checked when
+    the hold was read or made: ``holds.standing``, ``holds.hold_back``)."""
+    for state in live:
+        hold = held.get(state.name)
+        state.hold = None if hold is None else (hold, kept_entry(state.name, hold))
+
+
+def _plan_and_rollout(
+    live: list[_Profile],
+    conflicts: dict[str, list[str]],
+    observed: Observed,
+    settings: ReconcileSettings,
+    now: datetime,
+) -> _Planned:
+    """The plan with the held-back profiles' last rolled-out entries, and its rollout. When
+    this pass finds the rollout halted by handlers' failures, those handlers are held back
+    too: the plan is made again without their change, a new rollout (``reconcile.holds``)."""
+    claims = _claims(live, conflicts)
+    current = _observed_rollout(observed)
+    held = standing(current.held if current else {}, claims)
+
+    def one_round(
+        last: Rollout | None, carry: Mapping[str, str] | None = None
+    ) -> tuple[tuple[Plan, dict[str, Any], str], Rollout, Progress, DrainWork]:
+        _mark_holds(live, held)
+        fitted = _fit_plan(_plan_entries(live, conflicts), observed.plan, live, settings)
+        decided = _decide_rollout(
+            fitted[1], observed, live, settings, now, current=last, held=held, carry=carry
+        )
+        return fitted, *decided
+
+    (plan, view, text), rollout, progress, work = one_round(current)
+    record = read_record(observed.plan_config_map)
+    last = current
+    more = hold_back(progress, view, record, claims, held=held, now=now)
+    if more:
+        held = {**held, **more}
+        last = rollout  # the halted rollout the new plan's replaces
+        # Nodes let in that have no result yet keep their place: they may be changing now.
+        carry = {n: rollout.permitted[n] for n in progress.in_flight}
+        (plan, view, text), rollout, progress, work = one_round(rollout, carry)
+    room = CONFIGMAP_LIMIT * 95 // 100 - len(text.encode("utf-8"))
+    record = next_record(view, observed.plan, record, last, reports=_reports(observed), room=room)
+    return _Planned(plan, view, text, rollout, progress, work, record)
 
 
 def _drain_order(live: list[_Profile], changed: frozenset[str], default: Drain) -> DrainOrder:
@@ -737,6 +875,8 @@ def _rollout_status(
     state: _Profile, progress: Progress | None
 ) -> tuple[RolloutStatus | None, tuple[ConditionStatus, str, str] | None]:
     handler = state.claimed_handler
+    if state.hold is not None:
+        return _held_status(state, progress)
     if progress is None or handler is None or handler not in progress.changed:
         # Untouched by this change: what the last change that touched it said stays, so an
         # unrelated change rewrites no status.
@@ -772,6 +912,40 @@ def _rollout_status(
         total=progress.total,
         progress=done,
         state=phase,
+    )
+    return status, row
+
+
+def _held_status(
+    state: _Profile, progress: Progress | None
+) -> tuple[RolloutStatus | None, tuple[ConditionStatus, str, str]]:
+    """A held-back profile: which nodes failed and why, what became of its change, and how
+    to let it go out again. Other profiles are not halted by it."""
+    assert state.hold is not None
+    hold, kept = state.hold
+    if kept is not None:
+        where = (
+            f"the plan keeps generation {kept[1].generation} (handler {kept[0]}), its last "
+            "rolled-out version, and nodes that took the change go back to it"
+        )
+    else:
+        where = "it never rolled out: its handler leaves the plan and the nodes that took it"
+    done = f"{progress.done}/{progress.total}" if progress is not None else None
+    ran = f" ({done} nodes run the current plan)" if done else ""
+    message = (
+        f"{hold.message}; generation {hold.generation} is held back: {where}{ran}; other "
+        "profiles' changes go on. Fix the spec, or send the change out again: kubectl "
+        f"annotate wrp {state.name} {RESUME_ANNOTATION}=$(date +%s) --overwrite"
+    )
+    row: tuple[ConditionStatus, str, str] = ("False", "RolloutHalted", message[:1024])
+    if progress is None:
+        return None, row
+    status = RolloutStatus(
+        plan_hash=progress.plan_hash,
+        updated=progress.done,
+        total=progress.total,
+        progress=f"{progress.done}/{progress.total}",
+        state="Halted",
     )
     return status, row
 
@@ -848,7 +1022,11 @@ def _status_inputs(
         state.owns_runtime_class,
         handler,
         nodes,
-        progress if progress is not None and handler in progress.changed else None,
+        # A held-back profile's status names its hold and counts the current rollout.
+        state.hold,
+        progress
+        if progress is not None and (state.hold is not None or handler in progress.changed)
+        else None,
     )
 
 
@@ -868,13 +1046,13 @@ def reconcile(
             claims[state.claimed_handler].append(state.name)
     conflicts = {h: sorted(names) for h, names in claims.items() if len(names) > 1}
 
-    fitted, plan, text = _fit_plan(_plan_entries(live, conflicts), observed.plan, live, settings)
+    planned = _plan_and_rollout(live, conflicts, observed, settings, now)
+    plan, text, progress = planned.view, planned.text, planned.progress
     events: list[EventNote] = []
     statuses: dict[str, dict[str, Any]] = {}
     writes = _live_writes(live, conflicts, observed, events)
-    writes += _plan_writes(fitted, text, observed, settings.namespace)
-    rollout_writes, progress, drain = _rollout_writes(plan, observed, live, settings, now)
-    writes += rollout_writes
+    writes += _plan_writes(planned.plan, text, observed, settings.namespace, planned.record)
+    writes += _rollout_writes(planned.rollout, observed, settings.namespace)
     writes += _deletion_writes(observed)
     writes += _status_writes(
         live, observed, now, statuses, events,
@@ -889,5 +1067,5 @@ def reconcile(
         plan=plan,
         plan_bytes=len(text.encode("utf-8")),
         rollout=progress,
-        drain=drain,
+        drain=planned.drain,
     )

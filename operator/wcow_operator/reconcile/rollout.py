@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from wcow_contract.conditions import timestamp
-from wcow_contract.rollout import Halt, Rollout
+from wcow_contract.rollout import Halt, Hold, Rollout
 from wcow_contract.v1alpha1 import NodeFailure
 from wcow_operator.reconcile import drain as draining_
 
@@ -48,6 +48,14 @@ class Progress:
     total: int = 0  # nodes with an agent
     halted: Halt | None = None
     failures: list[NodeFailure] = field(default_factory=list)
+    halted_now: bool = False  # halted by this pass's failures (not one already written)
+    # handler -> its failures on nodes that report it Failed for this plan (at most
+    # MAX_LISTED each); failures no handler accounts for (timeouts, drains) are apart.
+    culprits: Mapping[str, tuple[NodeFailure, ...]] = field(default_factory=dict)
+    unattributed: tuple[NodeFailure, ...] = ()
+    # Permitted nodes with no result yet: they may be changing their config.toml now.
+    in_flight: tuple[str, ...] = ()
+    held: tuple[str, ...] = ()  # profiles whose change is held back (``reconcile.holds``)
 
     @property
     def complete(self) -> bool:
@@ -89,7 +97,9 @@ def _failed(report: NodeReport, handler: str, plan: Mapping[str, Any]) -> bool:
 
 def node_state(report: NodeReport, plan: Mapping[str, Any], changed: frozenset[str]) -> NodeState:
     plan_hash = plan["hash"]
-    if report.applied_plan_hash == plan_hash:
+    if report.applied_plan_hash == plan_hash and report.attempted_plan_hash in (None, plan_hash):
+        # (A node that tried a later plan and failed is not done with this one, though it
+        # still runs it: a held-back change takes the plan back to what it had.)
         return "done"
     if report.attempted_plan_hash == plan_hash:
         broken = any(_failed(report, h, plan) for h in changed)
@@ -97,14 +107,46 @@ def node_state(report: NodeReport, plan: Mapping[str, Any], changed: frozenset[s
     return "waiting"
 
 
-def _failure(
+def _handler_failures(
     name: str, report: NodeReport, changed: frozenset[str], plan: Mapping[str, Any]
-) -> NodeFailure:
+) -> dict[str, NodeFailure]:
+    """handler -> how it failed on this node, for the changed handlers it reports failed."""
+    found: dict[str, NodeFailure] = {}
     for handler in sorted(changed):
         _, reason, message = report.states.get(handler, ("", "", ""))
         if _failed(report, handler, plan):
-            return NodeFailure(node=name, reason=reason, message=f"{handler}: {message}"[:1024])
+            text = f"{handler}: {message}"[:1024]
+            found[handler] = NodeFailure(node=name, reason=reason[:128], message=text)
+    return found
+
+
+def _failure(
+    name: str, report: NodeReport, changed: frozenset[str], plan: Mapping[str, Any]
+) -> NodeFailure:
+    for failure in _handler_failures(name, report, changed, plan).values():
+        return failure
     return NodeFailure(node=name, reason="Failed", message="the plan failed on this node")
+
+
+def _culprits(
+    reports: Mapping[str, NodeReport],
+    plan: Mapping[str, Any],
+    changed: frozenset[str],
+    failures: list[NodeFailure],
+) -> tuple[dict[str, tuple[NodeFailure, ...]], tuple[NodeFailure, ...]]:
+    """The failures by the handler that failed (a node reports it Failed for this plan),
+    and those of no handler (no result in time, a drain that timed out)."""
+    by_handler: dict[str, list[NodeFailure]] = {}
+    unattributed: list[NodeFailure] = []
+    for failure in failures:
+        report = reports.get(failure.node)
+        found = _handler_failures(failure.node, report, changed, plan) if report else {}
+        if failure.reason in ("RolloutTimeout",) or not found:
+            unattributed.append(failure)
+            continue
+        for handler, one in found.items():
+            by_handler.setdefault(handler, []).append(one)
+    return {h: tuple(f[:MAX_LISTED]) for h, f in by_handler.items()}, tuple(unattributed)
 
 
 def decide(
@@ -119,11 +161,18 @@ def decide(
     timeout: timedelta,
     drain: Callable[[frozenset[str]], draining_.DrainOrder] | None = None,
     drains: Mapping[str, draining_.DrainProgress] | None = None,
+    held: Mapping[str, Hold] | None = None,
+    carry: Mapping[str, str] | None = None,
 ) -> tuple[Rollout, Progress]:
-    """The rollout for ``plan`` after this pass, and where it stands (``reconcile.drain``)."""
+    """The rollout for ``plan`` after this pass, and where it stands (``reconcile.drain``).
+    ``held``: the profiles held back (``reconcile.holds``), kept in the rollout as given.
+    ``carry``: permissions a new rollout starts with (nodes still busy with the plan it
+    replaces, which count against maxUnavailable until they are done with this one)."""
+    held = held or {}
     plan_hash = str(plan["hash"])
     if current is None or current.plan_hash != plan_hash:
         current = _start(plan, previous_plan, current, len(reports), resume_key)
+        current = current.model_copy(update={"permitted": dict(sorted((carry or {}).items()))})
     changed = frozenset(current.changed_handlers)
     permitted = {n: t for n, t in current.permitted.items() if n in reports}  # gone: freed
     halted = current.halted
@@ -135,7 +184,8 @@ def decide(
     states, failures = _node_states(reports, plan, changed, permitted, now=now, timeout=timeout)
     turn = draining_.Turn(drain(changed) if drain and halted is None else None, drains or {}, now)
     draining, failures = turn.settle(current.draining, reports, permitted, failures)
-    if failures and halted is None:
+    halted_now = bool(failures) and halted is None
+    if halted_now:
         halted = _halt(failures, now)
     limit = max_unavailable(changed)
     if halted is None:
@@ -148,19 +198,39 @@ def decide(
         halted=halted,
         resumed_by=resume_key,
         draining=dict(sorted(draining.items())) if halted is None else {},  # halted: let go
+        held=dict(sorted(held.items())),
     )
+    progress = _progress(rollout, states, failures, reports, plan, halted_now=halted_now)
+    return rollout, progress
+
+
+def _progress(
+    rollout: Rollout,
+    states: Mapping[str, NodeState],
+    failures: list[NodeFailure],
+    reports: Mapping[str, NodeReport],
+    plan: Mapping[str, Any],
+    *,
+    halted_now: bool,
+) -> Progress:
+    changed = frozenset(rollout.changed_handlers)
+    culprits, unattributed = _culprits(reports, plan, changed, failures) if halted_now else ({}, ())
     counts = {s: sum(1 for v in states.values() if v == s) for s in ("done", "failed")}
-    progress = Progress(
-        plan_hash=plan_hash,
+    return Progress(
+        plan_hash=rollout.plan_hash,
         changed=changed,
         done=counts["done"],
-        applying=len([n for n in permitted if states.get(n) in ("applying", "waiting")]),
+        applying=len([n for n in rollout.permitted if states.get(n) in ("applying", "waiting")]),
         failed=counts["failed"],
         total=len(reports),
-        halted=halted,
+        halted=rollout.halted,
         failures=failures[:MAX_LISTED],
+        halted_now=halted_now,
+        culprits=culprits,
+        unattributed=unattributed,
+        in_flight=tuple(n for n in rollout.permitted if states.get(n) in ("applying", "waiting")),
+        held=tuple(rollout.held),
     )
-    return rollout, progress
 
 
 def _halt(failures: list[NodeFailure], now: datetime) -> Halt:
@@ -230,17 +300,25 @@ def _start(
     resume_key: str,
 ) -> Rollout:
     """A new rollout: nobody permitted yet, the resume annotations as they are now."""
-    changed = changed_handlers(previous_plan, plan)
-    unfinished = last is not None and (last.halted is not None or len(last.permitted) < nodes)
-    if last is not None and unfinished and last.plan_hash == (previous_plan or {}).get("hash"):
-        # Nodes that had not reached the last plan still need its changes too.
-        changed |= frozenset(last.changed_handlers)
+    changed = changed_handlers(previous_plan, plan) | carried(previous_plan, last, nodes)
     return Rollout(
         plan_hash=str(plan["hash"]),
         changed_handlers=sorted(changed),
         max_unavailable=1,
         resumed_by=resume_key,
     )
+
+
+def carried(
+    previous_plan: Mapping[str, Any] | None, last: Rollout | None, nodes: int
+) -> frozenset[str]:
+    """The handlers of the last plan's rollout when it had not reached every node: nodes
+    that had not reached the last plan still need its changes too."""
+    if last is None or last.plan_hash != (previous_plan or {}).get("hash"):
+        return frozenset()
+    if last.halted is None and len(last.permitted) >= nodes:
+        return frozenset()
+    return frozenset(last.changed_handlers)
 
 
 def _time(value: str) -> datetime:
