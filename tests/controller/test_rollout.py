@@ -238,6 +238,20 @@ def test_new_nodes_trying_on_their_own_count_against_the_budget() -> None:
     assert progress.halted is None
 
 
+def test_nodes_still_changing_to_an_earlier_plan_count_against_the_budget() -> None:
+    """A fix or a resume makes a new plan while nodes apply the last one: they are
+    unavailable until their attempt ends, so the new rollout lets in only what is left."""
+    earlier = plan_document({"hv": {"v": 3}, "proc": {"v": 1}})
+    mid = NodeReport(OLD["hash"], earlier["hash"], {"hv": ("Pending", "Applying", "changing")})
+    reports = fleet(5, n03=mid)
+    rollout, _ = step(None, reports, limit=2)
+    assert list(rollout.permitted) == ["n00"]
+    # Its attempt ended (failed, or held back on its next cycle): the slot is free again.
+    reports["n03"] = NodeReport(OLD["hash"], earlier["hash"], {"hv": ("Failed", "R", "m")})
+    rollout, _ = step(rollout, reports, limit=2)
+    assert list(rollout.permitted) == ["n00", "n01"]
+
+
 def test_a_new_leader_continues_from_the_configmap_alone() -> None:
     reports = fleet(4)
     rollout, _ = step(None, reports)

@@ -214,29 +214,27 @@ def test_good_change_paced_fault_halts_resume_annotation_resumes_deletion_paced(
         assert argo["message"].startswith("RolloutHalted: "), argo
         assert "resume-rollout" in argo["message"], argo
         settle(3.0)
-        # Let in by name, PROFILE_LIMIT busy at a time; how far it got depends on whether a
-        # slot freed before the broken node's failure arrived (handed over at once). Once
-        # halted, nobody new: only nodes permitted before the halt ever applied.
-        at_halt = read_rollout(kube, ns)
-        assert at_halt is not None
-        assert at_halt.halted is not None, at_halt
-        permitted = set(at_halt.permitted)
-        assert permitted == set(names[: len(permitted)]), permitted
-        assert all(t <= at_halt.halted.since for t in at_halt.permitted.values()), at_halt
-        tried = appliers(fleet.nodes, since)
+        # Let in by name, PROFILE_LIMIT busy at a time. How far it got depends on whether a
+        # slot freed before the broken node's failure arrived (handed over at once), so the
+        # test judges the order and the stop, not the count: the nodes that tried the change
+        # are the first ones by name (a node let in that had not started yet when the
+        # change was held back never tries it), the rest never did.
+        held = read_rollout(kube, ns)
+        assert held is not None
+        assert hv in held.held, held
+        assert held.held[hv].plan_hash == resumable
+        tried = appliers(fleet.nodes, since)  # the change, and going back from it
         assert broken in tried
-        assert tried <= permitted, (tried, permitted)
-        untouched = sorted(set(names) - permitted)
-        assert untouched, "the halt stopped no node"
+        last = max(names.index(n) for n in tried)
+        assert len(set(names[: last + 1]) - tried) < PROFILE_LIMIT, tried
+        untouched = names[last + 1 :]
+        assert untouched, "the hold stopped no node"
         for name in untouched:
             assert view.labels(name).get(ready_label(hv)) == READY_VALUE, name
         fleet.nodes[broken].faults.canary_fail.discard(hv)
-        settle(3.0)  # the agent retries on its own; the rollout stays halted until resumed
+        settle(3.0)  # the agent retries on its own; the change stays held until resumed
         assert halted(view, hv) is not None
-        still = read_rollout(kube, ns)
-        assert still is not None
-        assert set(still.permitted) <= permitted, "the halt let in more"
-        assert appliers(fleet.nodes, since) <= permitted, "the halted rollout went on"
+        assert appliers(fleet.nodes, since) == tried, "the held change went on"
         annotate_resume(kube, hv, "1")
         until(
             operator,

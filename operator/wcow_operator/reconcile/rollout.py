@@ -107,6 +107,16 @@ def node_state(report: NodeReport, plan: Mapping[str, Any], changed: frozenset[s
     return "waiting"
 
 
+def changing_earlier_plan(report: NodeReport, plan_hash: str) -> bool:
+    """Whether the node is in the middle of changing to another plan: its attempt began (the
+    handlers it touches say Pending, Applying) and has not ended (proven, failed or held
+    back on the node's next cycle, which it reports). A node stays so for one cycle at most."""
+    attempted = report.attempted_plan_hash
+    if attempted in (None, plan_hash, report.applied_plan_hash):
+        return False
+    return any(s[:2] == ("Pending", "Applying") for s in report.states.values())
+
+
 def _handler_failures(
     name: str, report: NodeReport, changed: frozenset[str], plan: Mapping[str, Any]
 ) -> dict[str, NodeFailure]:
@@ -188,8 +198,13 @@ def decide(
     if halted_now:
         halted = _halt(failures, now)
     limit = max_unavailable(changed)
+    # Nodes still changing to an earlier plan (a resume or a fix came while they applied)
+    # are unavailable all the same: the new rollout lets in only what is left beside them.
+    room = limit - sum(
+        1 for n, r in reports.items() if n not in permitted and changing_earlier_plan(r, plan_hash)
+    )
     if halted is None:
-        turn.admit(permitted, draining, lambda granted: _permit(states, granted, limit, now))
+        turn.admit(permitted, draining, lambda granted: _permit(states, granted, room, now))
     rollout = Rollout(
         plan_hash=plan_hash,
         changed_handlers=sorted(changed),
