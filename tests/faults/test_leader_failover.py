@@ -10,12 +10,7 @@ middle of a paced rollout, on the fault suite's control plane with a simulated f
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,16 +18,15 @@ from kubernetes import client
 
 from tests.control_plane import ControlPlane
 from tests.e2e.operator_harness import (
-    free_port,
     installed_crd,
     metric,
     namespace,
-    operator_command,
     profiles_cleaned_up,
     wait_for,
 )
 from tests.faults.conftest import UNCLOSED_ON_KILL, start_change
-from tests.fleet.harness import Operator, running_fleet
+from tests.faults.harness import lease, replica
+from tests.fleet.harness import running_fleet
 from tests.fleet.paced import (
     MEMORY,
     apply_windows,
@@ -49,38 +43,6 @@ pytestmark = [pytest.mark.e2e, *UNCLOSED_ON_KILL]
 
 NODES = 6
 LIMIT = 2
-
-
-@contextlib.contextmanager
-def replica(
-    kubeconfig: Path, ns: str, name: str, log: Path, *extra: str
-) -> Iterator[tuple[Operator, int]]:
-    """One ``wcow-operator`` replica named ``name`` (its Lease identity) with leader election;
-    yields it and its metrics port."""
-    metrics, health = free_port(), free_port()
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "POD_NAME": name}
-    command = [*operator_command(ns, metrics, health, *extra), "--leader-election"]
-    with log.open("w", encoding="utf-8") as output:
-        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
-        try:
-            yield Operator(process, log), metrics
-        finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(timeout=10)
-
-
-def _lease(kube: client.ApiClient, ns: str) -> tuple[str | None, int]:
-    """(holder, transitions) of the operator's Lease; (None, 0) before there is one."""
-    try:
-        spec = client.CoordinationV1Api(kube).read_namespaced_lease(OPERATOR_LEASE, ns).spec
-    except client.exceptions.ApiException:
-        return None, 0
-    return (spec.holder_identity, spec.lease_transitions or 0) if spec else (None, 0)
 
 
 def _acquired(kube: client.ApiClient, ns: str) -> float:
@@ -105,7 +67,7 @@ def test_the_leader_killed_mid_rollout_the_standby_takes_over_and_finishes(
         ) as fleet,
         profiles_cleaned_up(kube, [hv]),
     ):
-        first.until("replica-a to lead", lambda: _lease(kube, ns)[0] == "replica-a")
+        first.until("replica-a to lead", lambda: lease(kube, ns)[0] == "replica-a")
         with replica(kubeconfig, ns, "replica-b", tmp_path / "b.log", *flags) as (
             standby,
             standby_port,
@@ -123,10 +85,10 @@ def test_the_leader_killed_mid_rollout_the_standby_takes_over_and_finishes(
             assert rollout is not None
             allowed = set(rollout.permitted)
             assert len(allowed) < NODES, "the rollout had finished before the kill"
-            assert _lease(kube, ns)[0] == "replica-a", "the standby led already"
+            assert lease(kube, ns)[0] == "replica-a", "the standby led already"
             wait_for(
                 "replica-b to take the Lease",
-                lambda: _lease(kube, ns)[0] == "replica-b",
+                lambda: lease(kube, ns)[0] == "replica-b",
                 timeout=LEASE_SECONDS * 3,
             )
             # Nothing new is permitted while nobody leads: who began applying before the
@@ -146,7 +108,7 @@ def test_the_leader_killed_mid_rollout_the_standby_takes_over_and_finishes(
             assert sorted(w.node for w in windows) == sorted(fleet.nodes), windows
             assert peak_overlap(windows) <= LIMIT, windows
             # One hand-over: the standby holds it, acquired after the kill, and kept it.
-            assert _lease(kube, ns)[0] == "replica-b"
+            assert lease(kube, ns)[0] == "replica-b"
             assert _acquired(kube, ns) == acquired > killed
             assert metric(standby_port, "wcow_api_writes_total") > 0
             print(
