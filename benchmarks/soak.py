@@ -62,6 +62,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -80,7 +81,7 @@ from benchmarks.soak_parts import (
     unpermitted,
 )
 from tests.control_plane import ControlPlane, running
-from tests.e2e.operator_harness import GROUP, PLURAL, VERSION, installed_crd, profile, wait_for
+from tests.e2e.operator_harness import CRD_FILE, GROUP, PLURAL, VERSION, profile, wait_for
 from tests.faults.harness import journal_entries, lease, simulated_agent
 from tests.fleet.harness import View
 from tests.fleet.paced import (
@@ -241,6 +242,14 @@ def fleet(plane: ControlPlane, workdir: Path, nodes: int) -> Iterator[list[objec
         yield [big, small]
 
 
+def create_crd(kube: client.ApiClient) -> None:
+    """The CRD, for the plane's life (the plane is thrown away: nothing is removed)."""
+    body = yaml.safe_load(CRD_FILE.read_text(encoding="utf-8"))
+    client.ApiextensionsV1Api(kube).create_custom_resource_definition(body)
+    custom = client.CustomObjectsApi(kube)
+    wait_for("the CRD served", lambda: custom.list_cluster_custom_object(GROUP, VERSION, PLURAL))
+
+
 def reported(core: client.CoreV1Api) -> int:
     """Nodes whose agent has reported (its status annotation)."""
     from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION  # noqa: PLC0415
@@ -295,7 +304,7 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
     with running(workdir / "plane") as plane:
         kube = config.new_client_from_config(str(plane.kubeconfig))
         core = client.CoreV1Api(kube)
-        installed_crd(kube).__enter__()  # for the plane's life: the plane is thrown away
+        create_crd(kube)
         for name in (NS, PODS_NS):
             core.create_namespace({"metadata": {"name": name}})
         wait_for("the default ServiceAccount",
@@ -326,17 +335,19 @@ def soak_and_measure(soak: Soak, rng: random.Random, background: Counter[tuple[s
     pods = PodStream(core, PODS_NS, SIZED, args.pod_interval)
     record = RolloutRecord(core, NS)
     sampling = threading.Event()
-    with (
-        running_thread(pods.run, pods.stopping, "pods"),
-        running_thread(record.run, record.stopping, "rollout-record"),
-        running_thread(sample_every(soak.replicas, 15, sampling), sampling, "samples"),
-    ):
-        setup = warm_up(args, kube, pods)
-        warmed = time.time()
-        print(f"# warm-up: {args.nodes} nodes reported, profiles on every node, "
-              f"a pod sized in {setup:.0f} s", flush=True)  # fmt: skip
-        soak.loop(rng)
-        converged = soak.converge()
+    with running_thread(sample_every(soak.replicas, 15, sampling), sampling, "samples"):
+        with (
+            running_thread(pods.run, pods.stopping, "pods"),
+            running_thread(record.run, record.stopping, "rollout-record"),
+        ):
+            setup = warm_up(args, kube, pods)
+            warmed = time.time()
+            print(f"# warm-up: {args.nodes} nodes reported, profiles on every node, "
+                  f"a pod sized in {setup:.0f} s", flush=True)  # fmt: skip
+            soak.loop(rng)
+            converged = soak.converge()
+        # At rest: the pods and the rollout watch of this process stopped, so the window
+        # counts what the operators and the agents ask.
         time.sleep(10)
         rest = quiet(kube, args.quiet_seconds)
         soak.replicas.sample()
