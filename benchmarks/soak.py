@@ -68,7 +68,7 @@ from kubernetes.client.exceptions import ApiException
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.rollout import quiet
+from benchmarks.rollout import print_requests, quiet
 from benchmarks.soak_parts import (
     Incarnation,
     LogError,
@@ -420,6 +420,8 @@ class Figures:
         print(f"requests per node per minute at rest: {per_node:.3f}")
         broken = bounds_broken(self, soak, first, last)
         self.details(soak, converged, measured)
+        print(f"# at rest, {args.quiet_seconds:.0f} s, by verb and resource (less the plane's):")
+        print_requests(rest)
         for line in broken:
             print(f"# BOUND BROKEN: {line}")
         return 1 if broken else 0
