@@ -376,6 +376,7 @@ class Figures:
     violations: list[Window]
     windows: int
     measured: Incarnation | None
+    pods: tuple[int, int]  # created after the warm-up; of those, not admitted and sized
 
     @classmethod
     def judge(cls, soak: Soak, warmed: float, pods: PodStream, record: RolloutRecord) -> Figures:
@@ -403,6 +404,7 @@ class Figures:
             unpermitted(windows, record.versions),
             len(windows),
             longest(soak.replicas.history, warmed, warm_up_seconds(soak.args)),
+            (len(outcomes), sum(1 for *_, what in outcomes if what != "sized")),
         )
 
     def report(self, soak: Soak, converged: float, rest: Counter[tuple[str, str]]) -> int:
@@ -430,6 +432,9 @@ class Figures:
         counts = Counter(soak.changes)
         print(f"# changes: {dict(counts)}; faults ({len(soak.faults)}): {'; '.join(soak.faults)}")
         print(f"# the last change on every node {converged:.0f} s after it")
+        created, refused = self.pods
+        print(f"# {created} pods created after the warm-up, {refused} not admitted (of which "
+              f"{refused - len(self.admissions)} during an API-server outage)")  # fmt: skip
         print(f"# {self.windows} applies judged from the journals; {self.excused} log errors "
               "explained by an injected fault")  # fmt: skip
         if measured:
