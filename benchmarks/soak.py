@@ -433,8 +433,8 @@ class Figures:
         print(f"# changes: {dict(counts)}; faults ({len(soak.faults)}): {'; '.join(soak.faults)}")
         print(f"# the last change on every node {converged:.0f} s after it")
         created, refused = self.pods
-        print(f"# {created} pods created after the warm-up, {refused} not admitted (of which "
-              f"{refused - len(self.admissions)} during an API-server outage)")  # fmt: skip
+        print(f"# {created} pods created after the warm-up, {refused} not admitted and sized "
+              f"({refused - len(self.admissions)} excused: in an API-server outage)")  # fmt: skip
         print(f"# {self.windows} applies judged from the journals; {self.excused} log errors "
               "explained by an injected fault")  # fmt: skip
         if measured:
