@@ -18,6 +18,7 @@ from kubernetes import client
 
 from tests.control_plane import ControlPlane
 from tests.e2e.operator_harness import (
+    http_status,
     installed_crd,
     metric,
     namespace,
@@ -74,6 +75,11 @@ def test_the_leader_killed_mid_rollout_the_standby_takes_over_and_finishes(
         ):
             paced = start_change(first, fleet, kube, ns, hv)
             view, since, change = paced.view, paced.since, paced.change
+            # On a loaded machine the standby may still be starting: its metrics first.
+            standby.until(
+                "the standby's metrics",
+                lambda: http_status(f"http://127.0.0.1:{standby_port}/metrics") == 200,
+            )
             standby_writes = metric(standby_port, "wcow_api_writes_total")
             assert standby_writes == 0, "the standby wrote while the leader lived"
             assert metric(first_port, "wcow_api_writes_total") > 0
