@@ -16,8 +16,9 @@ and on every node) it runs for `--minutes`:
   with the resume annotation instead of a change;
 - a pod of a wcow class created through the webhook every `--pod-interval` s;
 - faults at random times (one every 45-105 s, drawn with `--seed`): kube-apiserver SIGKILLed
-  for 4 s; etcd SIGKILLed for 4 s; the leading replica SIGKILLed and started again 5 s later;
-  the single-node agent SIGSTOPped for 20-90 s, then SIGCONTed.
+  for 4 s; etcd SIGKILLed for 4 s; the leading replica SIGKILLed and, 5 s later, started
+  again under its name (a container restart) or as a new pod (the standby takes over); the
+  single-node agent SIGSTOPped for 20-90 s, then SIGCONTed.
 
 Then a last good change, which must reach every node (`converged`), a quiet minute, and it
 prints, one figure a line:
@@ -133,13 +134,19 @@ class Soak:
             self.faults.append(f"{kind} down {time.time() - began:.0f} s")
         elif kind == "leader":
             holder = lease(self.kube, NS)[0]
-            if holder not in self.replicas.current():
+            slot = self.replicas.slot(holder)
+            if slot is None:
                 self.faults.append(f"leader: none to kill (holder {holder})")
                 return
-            self.replicas.kill(holder)
+            self.replicas.kill(slot)
             time.sleep(5)
-            self.replicas.start(holder)
-            self.faults.append(f"leader {holder} SIGKILLed, started again")
+            # Half the time the kubelet restarts the container (the same pod name: it takes
+            # its Lease back at once), half a new pod replaces it (the standby takes over once
+            # the Lease expires).
+            same = rng.random() < 0.5
+            self.replicas.start(slot, holder if same else None)
+            how = "restarted under its name" if same else "replaced by a new pod"
+            self.faults.append(f"leader {holder} SIGKILLed, {how}")
         elif kind == "agent" and self.stopped_until:
             self.faults.append("agent: frozen already")
         elif kind == "agent":
@@ -318,8 +325,8 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
         )  # fmt: skip
         replicas.front.start()
         try:
-            replicas.start(NAMES[0])
-            wait_for(f"{NAMES[0]} to lead", lambda: lease(kube, NS)[0] == NAMES[0], 120)
+            first = replicas.start(NAMES[0]).identity
+            wait_for(f"{first} to lead", lambda: lease(kube, NS)[0] == first, 120)
             replicas.start(NAMES[1])
             with fleet(plane, workdir, args.nodes) as agents:
                 soak = Soak(args, plane, kube, workdir, replicas, lambda: agents[1])
@@ -438,8 +445,10 @@ class Figures:
         print(f"# {self.windows} applies judged from the journals; {self.excused} log errors "
               "explained by an injected fault")  # fmt: skip
         if measured:
-            up = (measured.samples[-1][0] - measured.samples[0][0]) / 60
-            print(f"# figures of {measured.name} (pid {measured.pid}), measured over {up:.0f} min")
+            print(f"# the figures are {measured.identity}'s, the replica that ran longest")
+        holder = lease(soak.kube, NS)[0]
+        for incarnation in soak.replicas.history:
+            print(f"# {describe(incarnation, holder)}")
         for error in self.errors[:10]:
             print(f"# error: {error.log} {error.text}")
         for when, what in self.admissions[:10]:
@@ -477,6 +486,25 @@ def bounds_broken(
     if last[3] > first[3] + 10:
         broken.append(f"open files grew by {last[3] - first[3]} (> 10)")
     return broken
+
+
+def describe(incarnation: Incarnation, holder: str | None) -> str:
+    """One replica process: its life and its first and last samples."""
+    ended = incarnation.ended or time.time()
+    minutes = (ended - incarnation.started) / 60
+    life = f"{incarnation.identity} ({incarnation.name}) up {minutes:.1f} min"
+    if incarnation.ended is None:
+        life += ", leading at the end" if incarnation.identity == holder else ", standby at the end"
+    if len(incarnation.samples) < 2:
+        return life
+    (_, rss0, threads0, files0), (_, rss1, threads1, files1) = (
+        incarnation.samples[0],
+        incarnation.samples[-1],
+    )
+    return (
+        f"{life}; from its start: RSS {rss0:.1f} -> {rss1:.1f} MiB, threads {threads0} -> "
+        f"{threads1}, open files {files0} -> {files1}"
+    )
 
 
 def warm_up_seconds(args: argparse.Namespace) -> float:

@@ -114,9 +114,11 @@ def _pipe(a: socket.socket, b: socket.socket, idle: float) -> None:
 
 @dataclass
 class Incarnation:
-    """One process of a replica: from its start to its end (None: running)."""
+    """One process of a replica (``name``: its slot in the Deployment; ``identity``: its
+    POD_NAME, the Lease holder's name): from its start to its end (None: running)."""
 
     name: str
+    identity: str
     operator: Operator
     metrics_port: int
     started: float
@@ -132,7 +134,8 @@ class Incarnation:
 class Replicas:
     """Two ``wcow-operator`` replicas with leader election and the webhook, each on its own
     webhook port, all registering the front's URL; killed and started again as a Deployment
-    would (same name, same webhook port, a new log)."""
+    would: a container restart keeps the pod's name (its Lease identity), a new pod gets a
+    new one; the same webhook port (the Service's), a new log."""
 
     def __init__(self, kubeconfig: Path, ns: str, logs: Path, names: Iterable[str]) -> None:
         self.kubeconfig, self.ns, self.logs = kubeconfig, ns, logs
@@ -152,8 +155,10 @@ class Replicas:
             (self.webhook_ports[name], i.operator.health_port) for name, i in self.current().items()
         ]
 
-    def start(self, name: str) -> Incarnation:
+    def start(self, name: str, identity: str | None = None) -> Incarnation:
+        """Start the replica of slot ``name`` as ``identity`` (default: a new pod's name)."""
         count = sum(1 for i in self.history if i.name == name) + 1
+        identity = identity or f"{name}-{count}"
         port = self.webhook_ports[name]
         webhook = (
             "--webhook-port",
@@ -164,12 +169,17 @@ class Replicas:
         stack = contextlib.ExitStack()
         log = self.logs / f"{name}.{count}.log"
         operator, metrics = stack.enter_context(
-            replica(self.kubeconfig, self.ns, name, log, *self.flags, *webhook)
+            replica(self.kubeconfig, self.ns, identity, log, *self.flags, *webhook)
         )
-        incarnation = Incarnation(name, operator, metrics, time.time(), stack)
+        incarnation = Incarnation(name, identity, operator, metrics, time.time(), stack)
         with self.lock:
             self.history.append(incarnation)
         return incarnation
+
+    def slot(self, identity: str | None) -> str | None:
+        """The slot of the running replica named ``identity``."""
+        found = [i.name for i in self.current().values() if i.identity == identity]
+        return found[0] if found else None
 
     def kill(self, name: str) -> None:
         """SIGKILL: no shutdown, no drain (a node lost, an OOM kill)."""
@@ -189,7 +199,7 @@ class Replicas:
                     f"{time.strftime('%H:%M:%S')}; log {incarnation.operator.log}"
                 )
                 self._end(incarnation)
-                self.start(name)
+                self.start(name, incarnation.identity)  # the kubelet restarts the container
 
     def sample(self) -> None:
         for incarnation in self.current().values():
