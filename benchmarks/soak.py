@@ -33,9 +33,13 @@ prints, one figure a line:
     permissions violated: N        applies after the warm-up (a preflight in a host's
                                    journal) whose node no version of the rollout ConfigMap
                                    seen within 5 s of it, or in force then, lets in
-    operator RSS MiB: START -> END the replica that ran longest: its first sample after
-    operator threads: START -> END  the warm-up (max(2 min, a tenth of the run) after its
-    operator open files: START -> END  start or the soak's) and its last, at the end
+    operator RSS MiB: START -> END
+    operator threads: START -> END
+    operator open files: START -> END
+                                   the replica process that ran longest (whole minutes; a
+                                   tie: the leader): its first sample after the warm-up
+                                   (max(2 min, a tenth of the run) after its start or the
+                                   soak's) and its last, at the end
     requests per node per minute at rest: X   apiserver_request_total in the quiet minute,
                                    less as long of the control plane alone, per node
 
@@ -410,7 +414,9 @@ class Figures:
             failed_admissions(outcomes, outages),
             unpermitted(windows, record.versions),
             len(windows),
-            longest(soak.replicas.history, warmed, warm_up_seconds(soak.args)),
+            longest(
+                soak.replicas.history, warmed, warm_up_seconds(soak.args), lease(soak.kube, NS)[0]
+            ),
             (len(outcomes), sum(1 for *_, what in outcomes if what != "sized")),
         )
 
@@ -511,19 +517,23 @@ def warm_up_seconds(args: argparse.Namespace) -> float:
     return max(120.0, args.minutes * 6.0)
 
 
-def longest(history: list[Incarnation], warmed: float, warm_up: float) -> Incarnation | None:
-    """The replica process that ran longest, its samples from the warm-up on (its start or
-    the soak's, whichever came later, plus ``warm_up``) to its last."""
-    best: Incarnation | None = None
+def longest(
+    history: list[Incarnation], warmed: float, warm_up: float, holder: str | None
+) -> Incarnation | None:
+    """The replica process that ran longest (in whole minutes; on a tie, the one leading at
+    the end), its samples from the warm-up on (its start or the soak's, whichever came
+    later, plus ``warm_up``) to its last."""
+    found = []
     for incarnation in history:
         since = max(incarnation.started, warmed) + warm_up
         samples = [s for s in incarnation.samples if s[0] >= since]
-        if len(samples) < 2:
-            continue
-        span = samples[-1][0] - samples[0][0]
-        if best is None or span > best.samples[-1][0] - best.samples[0][0]:
-            best = dataclasses.replace(incarnation, samples=samples)
-    return best
+        if len(samples) >= 2:
+            minutes = int((samples[-1][0] - samples[0][0]) // 60)
+            found.append(((minutes, incarnation.identity == holder), samples, incarnation))
+    if not found:
+        return None
+    _, samples, best = max(found, key=lambda entry: entry[0])
+    return dataclasses.replace(best, samples=samples)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
-from benchmarks.soak_parts import failed_admissions, log_errors, unpermitted
+from benchmarks.soak import longest
+from benchmarks.soak_parts import Incarnation, failed_admissions, log_errors, unpermitted
 
 from tests.fleet.paced import Window
 
@@ -66,3 +67,18 @@ def test_an_apply_is_permitted_when_a_rollout_around_it_names_its_node() -> None
         Window("a", 70.0, 71.0),  # a was let go at 53: applying again at 70 is not allowed
     ]
     assert unpermitted(windows, versions) == [windows[2], windows[3]]
+
+
+def test_the_figures_are_of_the_replica_that_ran_longest_the_leader_on_a_tie() -> None:
+    def ran(identity: str, started: float, last: float) -> Incarnation:
+        samples = [(t, 90.0, 19, 18) for t in range(int(started), int(last) + 1, 15)]
+        return Incarnation("slot", identity, None, 0, started, None, None, samples)  # type: ignore[arg-type]
+
+    history = [ran("a-1", 0, 600), ran("b-1", 5, 610), ran("a-2", 300, 610)]
+    # Warm-up: 120 s after the soak's start (100) or the replica's, whichever is later.
+    assert longest(history, 100.0, 120.0, holder="b-1").identity == "b-1"
+    assert longest(history, 100.0, 120.0, holder="a-1").identity == "a-1"  # same minutes
+    chosen = longest(history, 100.0, 120.0, holder=None)
+    assert chosen is not None
+    assert chosen.samples[0][0] >= 220  # from the warm-up on
+    assert longest([ran("c-1", 500, 610)], 100.0, 120.0, holder="c-1") is None
