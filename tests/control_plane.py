@@ -251,6 +251,11 @@ class ControlPlane:
             self._wait_http(f"{self.server}/readyz", name, timeout, certs)
         return time.monotonic() - started
 
+    def wait_ready(self, timeout: float = 120) -> None:
+        """Until kube-apiserver answers /readyz (after etcd came back, say)."""
+        certs = Certificates(self.workdir / "pki")
+        self._wait_http(f"{self.server}/readyz", "kube-apiserver", timeout, certs)
+
     def compact_etcd(self) -> int:
         """Compact etcd's history up to its current revision, as kube-apiserver does every
         --etcd-compaction-interval; return that revision. Through etcd's JSON gateway to its

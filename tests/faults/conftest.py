@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,10 +24,8 @@ from kubernetes import client, config
 from tests.conftest import _unavailable
 from tests.control_plane import BUILD_SCRIPT, ROOT, ControlPlane, missing_binaries, running
 from tests.e2e.operator_harness import (
-    free_port,
     installed_crd,
     namespace,
-    operator_command,
     profiles_cleaned_up,
 )
 from tests.fleet.harness import Operator, View, running_fleet, running_operator
@@ -144,27 +140,3 @@ def start_change(
         lambda: len(apply_windows(fleet.nodes, since)) >= 1,
     )
     return PacedChange(operator, fleet, kube, view, ns, hv, change, since)
-
-
-@contextlib.contextmanager
-def replica(
-    kubeconfig: Path, ns: str, name: str, log: Path, *extra: str, health: int | None = None
-) -> Iterator[tuple[Operator, int]]:
-    """One ``wcow-operator`` replica named ``name`` (its Lease identity and its webhook CA's
-    name) with leader election, its probes on ``health`` (default: a free port); yields it
-    and its metrics port."""
-    metrics, health = free_port(), health or free_port()
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "POD_NAME": name}
-    command = [*operator_command(ns, metrics, health, *extra), "--leader-election"]
-    with log.open("w", encoding="utf-8") as output:
-        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
-        try:
-            yield Operator(process, log), metrics
-        finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(timeout=10)

@@ -8,22 +8,18 @@ its own; its host steps go to a journal file.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from tests.control_plane import ControlPlane, terminate
+from tests.control_plane import ControlPlane
 from tests.e2e.operator_harness import installed_crd, namespace, profiles_cleaned_up
+from tests.faults.harness import preflights, simulated_agent
 from tests.fleet.harness import View, raw, running_fleet, running_operator
 from tests.fleet.paced import (
     MEMORY,
@@ -45,39 +41,6 @@ TIMEOUT_SECONDS = 30  # the operator's least --rollout-timeout-seconds
 NODES = 4  # three in this process, one frozen in its own
 
 
-@contextlib.contextmanager
-def simulated_agent(
-    kubeconfig: Path, ns: str, prefix: str, journal: Path, log: Path
-) -> Iterator[subprocess.Popen[bytes]]:
-    """One simulated node in its own ``wcow-agent simulate`` process (a slow canary: time
-    to freeze it mid-apply); its Node is deleted when it stops."""
-    command = [
-        sys.executable, "-c", "from wcow_agent.cli import main; raise SystemExit(main())",
-        "simulate", "--nodes", "1", "--name-prefix", prefix, "--namespace", ns,
-        "--journal", str(journal), "--retry-seconds", "2", "--fault", "slow-canary=4",
-    ]  # fmt: skip
-    with log.open("w", encoding="utf-8") as output:
-        process = subprocess.Popen(
-            command,
-            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            yield process
-        finally:
-            process.send_signal(signal.SIGCONT)  # a stopped process would not hear SIGTERM
-            terminate(process, 60)
-
-
-def preflights(journal: Path, since: float) -> list[float]:
-    """When the process's node started applying (its host's preflight), from the journal."""
-    if not journal.exists():
-        return []
-    entries = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
-    return [e["time"] for e in entries if e["event"] == "preflight" and e["time"] >= since]
-
-
 def test_an_agent_frozen_with_permission_halts_the_rollout_at_the_timeout_and_resumes(
     plane: ControlPlane, kube: client.ApiClient, tmp_path: Path
 ) -> None:
@@ -91,7 +54,17 @@ def test_an_agent_frozen_with_permission_halts_the_rollout_at_the_timeout_and_re
         running_fleet(
             plane.kubeconfig, tmp_path / "fleet", ns, "frozen-w", 3, canary_seconds=0.5
         ) as fleet,
-        simulated_agent(plane.kubeconfig, ns, "frozen-p", journal, tmp_path / "agent.log") as agent,
+        simulated_agent(
+            plane.kubeconfig,
+            ns,
+            "frozen-p",
+            journal,
+            tmp_path / "agent.log",
+            "--retry-seconds",
+            "2",
+            "--fault",
+            "slow-canary=4",
+        ) as agent,
         profiles_cleaned_up(kube, [hv]),
     ):
         view = View(kube, [fleet])

@@ -18,13 +18,15 @@ from kubernetes import client
 
 from tests.control_plane import ControlPlane
 from tests.e2e.operator_harness import (
+    http_status,
     installed_crd,
     metric,
     namespace,
     profiles_cleaned_up,
     wait_for,
 )
-from tests.faults.conftest import UNCLOSED_ON_KILL, replica, start_change
+from tests.faults.conftest import UNCLOSED_ON_KILL, start_change
+from tests.faults.harness import lease, replica
 from tests.fleet.harness import running_fleet
 from tests.fleet.paced import (
     MEMORY,
@@ -42,15 +44,6 @@ pytestmark = [pytest.mark.e2e, *UNCLOSED_ON_KILL]
 
 NODES = 6
 LIMIT = 2
-
-
-def _lease(kube: client.ApiClient, ns: str) -> tuple[str | None, int]:
-    """(holder, transitions) of the operator's Lease; (None, 0) before there is one."""
-    try:
-        spec = client.CoordinationV1Api(kube).read_namespaced_lease(OPERATOR_LEASE, ns).spec
-    except client.exceptions.ApiException:
-        return None, 0
-    return (spec.holder_identity, spec.lease_transitions or 0) if spec else (None, 0)
 
 
 def _acquired(kube: client.ApiClient, ns: str) -> float:
@@ -75,13 +68,18 @@ def test_the_leader_killed_mid_rollout_the_standby_takes_over_and_finishes(
         ) as fleet,
         profiles_cleaned_up(kube, [hv]),
     ):
-        first.until("replica-a to lead", lambda: _lease(kube, ns)[0] == "replica-a")
+        first.until("replica-a to lead", lambda: lease(kube, ns)[0] == "replica-a")
         with replica(kubeconfig, ns, "replica-b", tmp_path / "b.log", *flags) as (
             standby,
             standby_port,
         ):
             paced = start_change(first, fleet, kube, ns, hv)
             view, since, change = paced.view, paced.since, paced.change
+            # On a loaded machine the standby may still be starting: its metrics first.
+            standby.until(
+                "the standby's metrics",
+                lambda: http_status(f"http://127.0.0.1:{standby_port}/metrics") == 200,
+            )
             standby_writes = metric(standby_port, "wcow_api_writes_total")
             assert standby_writes == 0, "the standby wrote while the leader lived"
             assert metric(first_port, "wcow_api_writes_total") > 0
@@ -93,10 +91,10 @@ def test_the_leader_killed_mid_rollout_the_standby_takes_over_and_finishes(
             assert rollout is not None
             allowed = set(rollout.permitted)
             assert len(allowed) < NODES, "the rollout had finished before the kill"
-            assert _lease(kube, ns)[0] == "replica-a", "the standby led already"
+            assert lease(kube, ns)[0] == "replica-a", "the standby led already"
             wait_for(
                 "replica-b to take the Lease",
-                lambda: _lease(kube, ns)[0] == "replica-b",
+                lambda: lease(kube, ns)[0] == "replica-b",
                 timeout=LEASE_SECONDS * 3,
             )
             # Nothing new is permitted while nobody leads: who began applying before the
@@ -116,7 +114,7 @@ def test_the_leader_killed_mid_rollout_the_standby_takes_over_and_finishes(
             assert sorted(w.node for w in windows) == sorted(fleet.nodes), windows
             assert peak_overlap(windows) <= LIMIT, windows
             # One hand-over: the standby holds it, acquired after the kill, and kept it.
-            assert _lease(kube, ns)[0] == "replica-b"
+            assert lease(kube, ns)[0] == "replica-b"
             assert _acquired(kube, ns) == acquired > killed
             assert metric(standby_port, "wcow_api_writes_total") > 0
             print(

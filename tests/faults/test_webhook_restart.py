@@ -34,7 +34,7 @@ from tests.e2e.operator_harness import (
     profiles_cleaned_up,
     wait_for,
 )
-from tests.faults.conftest import replica
+from tests.faults.harness import replica
 from tests.faults.pods import Burst, bursting, registered
 from tests.faults.service_front import Endpoint, ServiceFront
 from tests.fleet.harness import Operator

@@ -44,9 +44,10 @@ TIMEOUT = 120.0
 class Operator:
     """The ``wcow-operator`` subprocess; fails a wait at once, with its log, if it died."""
 
-    def __init__(self, process: subprocess.Popen[bytes], log: Path) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], log: Path, health_port: int = 0) -> None:
         self.process = process
         self.log = log
+        self.health_port = health_port  # its /healthz and /readyz (0: not known)
 
     def excerpt(self) -> str:
         text = self.log.read_text(encoding="utf-8", errors="replace")

@@ -27,7 +27,7 @@ from tests.e2e.operator_harness import (
     read_plan,
 )
 from tests.fleet.harness import Operator, View, raw, running_fleet, running_operator
-from wcow_agent.simulate.host import SimulatedNode
+from wcow_agent.simulate.host import JournalEntry, SimulatedNode
 from wcow_contract.labels import READY_VALUE, ready_label
 from wcow_contract.rollout import (
     RESUME_ANNOTATION,
@@ -71,13 +71,25 @@ class Window:
 
 def apply_windows(nodes: Mapping[str, SimulatedNode], since: float) -> list[Window]:
     """Every apply that started at or after ``since``, from the hosts' own journals."""
-    windows: list[Window] = []
-    for name, node in nodes.items():
+    entries: list[JournalEntry] = []
+    for node in nodes.values():
         with node.lock:
-            entries = [e for e in node.journal if e.time >= since and e.event in APPLY_STEPS]
+            entries.extend(node.journal)
+    return journal_windows(entries, since)
+
+
+def journal_windows(entries: Iterable[JournalEntry], since: float) -> list[Window]:
+    """Every apply that started at or after ``since`` in these journal entries (any nodes';
+    also a ``wcow-agent simulate --journal`` file's, ``tests.faults.harness``)."""
+    by_node: dict[str, list[JournalEntry]] = {}
+    for entry in entries:
+        if entry.time >= since and entry.event in APPLY_STEPS:
+            by_node.setdefault(entry.node, []).append(entry)
+    windows: list[Window] = []
+    for name, steps in by_node.items():
         start: float | None = None
         end = 0.0
-        for entry in entries:
+        for entry in sorted(steps, key=lambda e: e.time):
             if entry.event == "preflight":
                 if start is not None:
                     windows.append(Window(name, start, end))
