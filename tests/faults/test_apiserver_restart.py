@@ -122,6 +122,14 @@ def test_apiserver_killed_mid_rollout_no_node_applies_without_permission(
         )
 
 
+def _runtime_class(kube: client.ApiClient, name: str) -> bool:
+    try:
+        client.NodeV1Api(kube).read_runtime_class(name)
+    except ApiException:
+        return False
+    return True
+
+
 def _refused(core: client.CoreV1Api, ns: str, body: dict[str, Any]) -> str:
     try:
         core.create_namespaced_pod(ns, body, _request_timeout=15)
@@ -194,6 +202,8 @@ def test_apiserver_killed_during_a_burst_of_pods_nothing_admitted_unjudged(
         body = profile(later, isolation="HyperV", windowsBuild="ltsc2022", vm=vm)
         custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
         operator.until("the webhook registered for the new class", lambda: registered(kube, later))
+        # (Kubernetes' RuntimeClass admission refuses a pod of a class not created yet.)
+        operator.until(f"RuntimeClass {later}", lambda: _runtime_class(kube, later))
         pod = core.create_namespaced_pod(
             pods_ns, windows_pod("later", later, limits={"cpu": "4", "memory": "1Gi"})
         )
