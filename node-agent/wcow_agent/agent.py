@@ -9,6 +9,7 @@ without fakes.
 from __future__ import annotations
 
 import contextlib
+import tomllib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from wcow_agent.merge import (
     table_hash,
 )
 from wcow_agent.state import AgentState
+from wcow_agent.tomltext import Parse
 from wcow_contract.agent_status import (
     GUEST_BUILD_UNSUPPORTED,
     AgentStatus,
@@ -114,6 +116,7 @@ def merge_on_host(
     pristine: str | None,
     *,
     adopt: Collection[str] = (),
+    parse: Parse = tomllib.loads,
 ) -> MergeResult:
     """``merge_config`` for this node: what the agent owns and adopted, the built-in runtimes
     and the config schema of its containerd."""
@@ -126,6 +129,7 @@ def merge_on_host(
         fallback_version=config_version_for(containerd_version) if containerd_version else None,
         adopt=adopt,
         adopted=state.adopted,
+        parse=parse,
     )
 
 

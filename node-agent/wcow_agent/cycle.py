@@ -40,6 +40,7 @@ from wcow_agent.images import PauseImage, PauseImages, held_pause_image, with_pa
 from wcow_agent.merge import ConfigError, MergeResult
 from wcow_agent.proving import Prover
 from wcow_agent.state import Paths, StateJournal, text_hash
+from wcow_agent.tomltext import ParseOnce
 from wcow_agent.uninstall import Uninstaller, note_adoptions
 from wcow_contract.plan import Plan, PlanEntry
 from wcow_contract.windows_builds import WindowsBuild
@@ -91,7 +92,9 @@ class NodeAgent:
         self.restart = Restarter(host, self.timeouts, clock, sleep)
         self.transaction = Transaction(host, paths, self.restart)
         self.prover = Prover(host, self.canary, cancel, canary_images)
-        self.pause = PauseImages(host, paths)
+        self.parse = ParseOnce()
+        """config.toml parsed once per text: the merge and the pause image share it."""
+        self.pause = PauseImages(host, paths, self.parse)
         self._build: WindowsBuild | None = None
         self._hyperv: bool | None = None
         self._containerd_version: str | None = None
@@ -275,7 +278,7 @@ class NodeAgent:
         try:
             original = self.host.containerd.config_default() if created else read_config(config)
         except (HostError, OSError, UnicodeDecodeError) as error:
-            self._refused(report, plan, "ConfigUnreadable", f"{config}: {error}")
+            _refused(report, plan, "ConfigUnreadable", f"{config}: {error}")
             return None
         disk_hash = None if created else text_hash(original)
         cycle = Cycle(report, facts, journal, original, created, disk_hash)
@@ -322,10 +325,16 @@ class NodeAgent:
         pristine = read_config(self.paths.pristine) if self.paths.pristine.exists() else None
         try:
             result = merge_on_host(
-                cycle.original, desired, state, facts.containerd_version, pristine, adopt=self.adopt
+                cycle.original,
+                desired,
+                state,
+                facts.containerd_version,
+                pristine,
+                adopt=self.adopt,
+                parse=self.parse,
             )
         except ConfigError as error:
-            self._refused(report, plan, "ConfigRefused", str(error), eligible)
+            _refused(report, plan, "ConfigRefused", str(error), eligible)
             return None
         report.config_version = result.version
         for handler, message in result.conflicts.items():
@@ -343,25 +352,25 @@ class NodeAgent:
         report.removed = [h for h in result.removed if h not in desired]
         return eligible, result
 
-    @staticmethod
-    def _refused(
-        report: CycleReport,
-        plan: Plan | None,
-        reason: str,
-        message: str,
-        eligible: dict[str, PlanEntry] | None = None,
-    ) -> None:
-        """config.toml cannot be edited: nothing is written, every handler that should be
-        applied fails closed (its label goes), the message says what to fix."""
-        report.result = "refused"
-        report.event(reason, message, warning=True)
-        if plan is not None:
-            outcomes = report.handlers if report.handlers is not None else {}
-            for handler, entry in (eligible or plan.handlers).items():
-                outcomes.setdefault(
-                    handler, HandlerOutcome("Failed", reason, message, entry.generation)
-                )
-            report.handlers = outcomes
+
+def _refused(
+    report: CycleReport,
+    plan: Plan | None,
+    reason: str,
+    message: str,
+    eligible: dict[str, PlanEntry] | None = None,
+) -> None:
+    """config.toml cannot be edited: nothing is written, every handler that should be
+    applied fails closed (its label goes), the message says what to fix."""
+    report.result = "refused"
+    report.event(reason, message, warning=True)
+    if plan is not None:
+        outcomes = report.handlers if report.handlers is not None else {}
+        for handler, entry in (eligible or plan.handlers).items():
+            outcomes.setdefault(
+                handler, HandlerOutcome("Failed", reason, message, entry.generation)
+            )
+        report.handlers = outcomes
 
 
 def _build(label: str) -> WindowsBuild:

@@ -88,9 +88,11 @@ class PauseImage:
 
 
 class PauseImages:
-    def __init__(self, host: Host, paths: Paths) -> None:
+    def __init__(self, host: Host, paths: Paths, parse: tomltext.Parse = tomllib.loads) -> None:
         self.host = host
         self.paths = paths
+        self.parse = parse
+        """Reads config.toml (the agent's ``ParseOnce``: the merge read the same text)."""
         self._versions: dict[str, str] = {}
 
     def forget(self) -> None:
@@ -111,7 +113,7 @@ class PauseImages:
         config = self.paths.config
         text = config.read_text(encoding="utf-8") if config.exists() else None
         if text is not None:
-            image = configured_pause_image(tomllib.loads(text))
+            image = configured_pause_image(self.parse(text))
             if image is not None:
                 return _checked(image)
             dump = self.host.containerd.config_dump(config)

@@ -378,6 +378,7 @@ def merge_config(
     fallback_version: int | None = None,
     adopt: Collection[str] = (),
     adopted: Mapping[str, Mapping[str, Any]] | None = None,
+    parse: tomltext.Parse = tomllib.loads,
 ) -> MergeResult:
     """config.toml text with exactly ``desired`` as the agent's handlers.
 
@@ -391,9 +392,10 @@ def merge_config(
     ``version`` and no plugin tables (it gains a ``version`` line with the first table).
     ``adopt`` names handlers whose same-named table the agent may take over although it did
     not write it; ``adopted`` holds the tables taken over before (handler -> data), written
-    back when the agent no longer wants that handler.
+    back when the agent no longer wants that handler. ``parse`` reads ``text`` (a
+    ``tomltext.ParseOnce`` shares the document with the agent's other readers of the file).
     """
-    data = _parsed(text)
+    data = _parsed(text, parse)
     version = config_version(data, fallback_version)
     path = RUNTIMES_PATH[version]
     decision = _decide(
@@ -421,9 +423,9 @@ def merge_config(
     )
 
 
-def _parsed(text: str) -> dict[str, Any]:
+def _parsed(text: str, parse: tomltext.Parse) -> Mapping[str, Any]:
     try:
-        return tomllib.loads(text)
+        return parse(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"config.toml is not valid TOML: {error}") from None
     except RecursionError:  # tomllib parses nested arrays and inline tables recursively

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,28 @@ _BARE = re.compile(r"[A-Za-z0-9_-]+")
 _BASIC = re.compile(r'"([^"\\]*)"')
 _LITERAL = re.compile(r"'([^']*)'")
 _HEADER = re.compile(r"^[ \t]*(\[\[?)(.*?)(\]\]?)[ \t]*(#.*)?$")
+
+
+Parse = Callable[[str], Mapping[str, Any]]
+"""``tomllib.loads``, or a ``ParseOnce``: what the merge and the pause image read with."""
+
+
+class ParseOnce:
+    """``tomllib.loads`` that keeps the last text's document: one cycle reads the same
+    config.toml in the merge and for the pause image, and the next cycle reads it again
+    when nothing changed it. Keyed by the whole text, so any change is parsed anew. The
+    document is shared: callers read it and never change it (``Mapping``)."""
+
+    def __init__(self) -> None:
+        self._last: tuple[str, Mapping[str, Any]] | None = None
+
+    def __call__(self, text: str) -> Mapping[str, Any]:
+        last = self._last
+        if last is not None and last[0] == text:
+            return last[1]
+        document = tomllib.loads(text)  # a TOMLDecodeError keeps the last one
+        self._last = (text, document)
+        return document
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,9 @@ class ClusterView:
         self._plan: PlanObject | None = None
         self._rollout: RolloutObject | None = None
         self._rollout_view: tuple[object, ...] | None = None
+        self._checked: tuple[str, Plan | None, str | None] | None = None
+        """The last plan text checked (``load_plan``) and what came of it: the same text
+        again (a resync, a rollout change) is not checked again; any other text is."""
 
     def on_plan(self, plan: PlanObject) -> None:
         with self._lock:
@@ -177,7 +180,12 @@ class ClusterView:
             return None, f"{source} does not exist (is wcow-operator running?)"
         if plan.text is None:
             return None, f"{source} has no key {PLAN_KEY}"
+        checked = self._checked
+        if checked is not None and checked[0] == plan.text:
+            return checked[1], checked[2]
         try:
-            return load_plan(plan.text, source), None
+            result: tuple[Plan | None, str | None] = load_plan(plan.text, source), None
         except PlanError as error:
-            return None, str(error)
+            result = None, str(error)
+        self._checked = (plan.text, *result)
+        return result

@@ -166,6 +166,36 @@ class FakeApi:
         current["metadata"]["resourceVersion"] = self._rv()
         return copy.deepcopy(current)
 
+    def get_node(self, name: str) -> dict[str, Any]:
+        self._enter("get_node")
+        return copy.deepcopy(self._node(name))
+
+    def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A merge patch of the annotations and ``spec`` (what the drainer sends)."""
+        self._enter("patch_node")
+        node = self._node(name)
+        metadata = node.setdefault("metadata", {})
+        annotations = metadata.setdefault("annotations", {})
+        for key, value in (patch.get("metadata") or {}).get("annotations", {}).items():
+            if value is None:
+                annotations.pop(key, None)
+            else:
+                annotations[key] = value
+        spec = node.setdefault("spec", {})
+        for key, value in (patch.get("spec") or {}).items():
+            if value is None:
+                spec.pop(key, None)
+            else:
+                spec[key] = value
+        metadata["resourceVersion"] = self._rv()
+        return copy.deepcopy(node)
+
+    def _node(self, name: str) -> dict[str, Any]:
+        found = next((n for n in self.nodes if n["metadata"]["name"] == name), None)
+        if found is None:
+            raise ApiError(404, "NotFound", f"nodes {name!r} not found")
+        return found
+
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
         self._enter("create_event")
         self.events.append(copy.deepcopy(body))

@@ -23,6 +23,7 @@ from wcow_operator.controller.controller import Controller, PassReport, Runner
 from wcow_operator.controller.metrics import Metrics
 from wcow_operator.main import Reconciler
 from wcow_operator.reconcile.core import ReconcileSettings
+from wcow_operator.reconcile.drain import CORDONED_BY, CORDONED_BY_VALUE
 from wcow_operator.reconcile.model import FINALIZER
 
 
@@ -655,3 +656,34 @@ def test_the_plan_is_written_beside_the_runtime_classes_and_before_any_status() 
         status = spans[("status", f"p{index}")]
         assert status[0] >= plan[1]
         assert status[0] >= spans[("runtimeclass", f"p{index}")][1]
+
+
+def test_with_cordon_a_node_done_hands_its_slot_to_a_node_it_cordons_at_once(
+    api: FakeApi, controller: Controller
+) -> None:
+    """``drain: Cordon``: the hand-over records the next node as draining, cordons it,
+    uncordons the node that finished, and lets the cordoned node in, all before any pass."""
+    api.nodes = [windows_node(f"n{i}") for i in range(3)]
+    api.apply_profile(profile_document("hv", rollout={"drain": "Cordon"}))
+    settle(controller)
+    assert list(rollout_of(api).permitted) == ["n0"]
+    assert api.nodes[0]["spec"]["unschedulable"] is True
+    plan = str((api.plan() or {})["hash"])
+    done = windows_node("n0", plan, "Ready")["metadata"]["annotations"]
+    api.nodes[0]["metadata"]["annotations"].update(done)
+    api.calls.clear()
+    assert controller.hand_over()
+    rollout = rollout_of(api)
+    assert sorted(rollout.permitted) == ["n0", "n1"]
+    assert rollout.draining == {}
+    assert api.nodes[1]["spec"]["unschedulable"] is True
+    assert api.nodes[1]["metadata"]["annotations"][CORDONED_BY] == CORDONED_BY_VALUE
+    assert "unschedulable" not in api.nodes[0]["spec"]  # done: uncordoned
+    assert CORDONED_BY not in api.nodes[0]["metadata"]["annotations"]
+    assert "unschedulable" not in api.nodes[2].get("spec", {})  # waits its turn
+    writes = api.writes()
+    assert writes.count("replace_config_map") == 2  # draining, then permitted
+    assert "patch_profile_status" not in writes  # the pass has not run
+    api.calls.clear()
+    settle(controller)
+    assert "replace_config_map" not in api.writes()  # the pass agrees with the hand-over

@@ -25,7 +25,9 @@ benchmark can tell from the nodes themselves when each one applied.
 
 from __future__ import annotations
 
+import copy
 import fnmatch
+import functools
 import itertools
 import threading
 import time
@@ -164,16 +166,25 @@ def builtin_runtimes(containerd_version: str) -> Mapping[str, Mapping[str, Any]]
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _document(text: str) -> Mapping[str, Any]:
+    """config.toml parsed, once per text for every simulated node of the process: the
+    simulated containerd reads each file several times (load, dump, restart, sandboxes), and
+    a fleet of nodes in one process holds the same few texts. Shared: read it, never change
+    it (what leaves this module is copied)."""
+    return tomllib.loads(text)
+
+
 def effective_runtimes(text: str | None, containerd_version: str) -> tuple[dict[str, Any], str]:
     """(runtimes, default runtime name) containerd would run with this config.toml."""
     major = version_tuple(containerd_version)[0]
     builtins = builtin_runtimes(containerd_version)
-    document = tomllib.loads(text) if text else {}
+    document = _document(text) if text else {}
     version = document.get("version", 1)
     node: Any = document
     for name in RUNTIMES_PATH.get(version, ("-",))[:-1]:
         node = node.get(name, {}) if isinstance(node, dict) else {}
-    declared = node.get("runtimes", {}) if isinstance(node, dict) else {}
+    declared = copy.deepcopy(node.get("runtimes", {})) if isinstance(node, dict) else {}
     default = node.get("default_runtime_name", "runhcs-wcow-process")
     if major < 2:
         # go-toml v1 rebuilds the map: a runtimes table replaces the built-in handlers.
@@ -187,7 +198,7 @@ def effective_pause_image(text: str | None, containerd_version: str) -> str:
     """The pause image containerd runs with this file: the file's key, else the line's
     default (1.7 ``pkg/cri/config/config_windows.go``; 2.0 ``internal/cri/config``
     ``DefaultSandboxImage``)."""
-    named = configured_pause_image(tomllib.loads(text)) if text else None
+    named = configured_pause_image(_document(text)) if text else None
     if named:
         return named
     if version_tuple(containerd_version)[0] < 2:
@@ -200,7 +211,7 @@ def load_problem(text: str | None, containerd_version: str) -> str | None:
     if text is None:
         return None
     try:
-        document = tomllib.loads(text)
+        document = _document(text)
     except tomllib.TOMLDecodeError as error:
         return f"failed to load TOML: {error}"
     version = document.get("version", 1)
@@ -483,7 +494,8 @@ class SimulatedContainerd:
         if problem:
             raise ContainerdError(f"`containerd --config {config} config dump` failed: {problem}")
         runtimes, default = effective_runtimes(text, version)
-        dump: dict[str, Any] = {k: v for k, v in tomllib.loads(text).items() if k != "plugins"}
+        parsed = _document(text)
+        dump: dict[str, Any] = {k: copy.deepcopy(v) for k, v in parsed.items() if k != "plugins"}
         schema = config_version_for(version)
         dump["version"] = schema
         here = dump

@@ -128,21 +128,37 @@ class Controller:
         is written when the decision is unchanged, or when the plan it is for is not written
         yet (the pass writes the plan first). A halt is left to the pass: a node let in again
         by a resume still shows its old failure until its agent has tried again, which the
-        debounce gives it time to report. True when it wrote the rollout."""
+        debounce gives it time to report. With ``drain: Cordon`` the hand-over also cordons
+        the nodes it put in ``draining`` (and uncordons those done), then lets the cordoned
+        ones in with a second write; an eviction is left to the passes (pods leave on their
+        own time). True when it wrote the rollout."""
+        wrote, cordoned = self._hand_over_write()
+        if cordoned:  # the same decision again: the nodes cordoned move to permitted
+            self._hand_over_write()
+        return wrote
+
+    def _hand_over_write(self) -> tuple[bool, bool]:
+        """The rollout write of a hand-over and, with ``drain: Cordon``, the drainer's work
+        the same decision holds, once that write is done. (whether the rollout was written,
+        whether a cordon is done: a node may be let in now)."""
         try:
             outcome = reconcile(self.observe(), self.settings, self.clock(), self._memo)
         except Exception:  # the pass that follows reports it
             log.debug("rollout hand-over skipped", exc_info=True)
-            return False
+            return False, False
         if any(w.kind == "write-plan" for w in outcome.writes):
-            return False
+            return False, False
         if outcome.rollout is not None and outcome.rollout.halted is not None:
-            return False
+            return False, False
         writes = [w for w in outcome.writes if w.kind == "write-rollout"]
         if not writes:
-            return False
-        self._execute(dataclasses.replace(outcome, writes=writes, events=[]), PassReport())
-        return True
+            return False, False
+        report = PassReport()
+        self._execute(dataclasses.replace(outcome, writes=writes, events=[]), report)
+        if outcome.drain is None or outcome.drain.order.mode != "Cordon":
+            return True, False
+        self._drain(outcome, report)  # not when the rollout write failed
+        return True, report.again_in == 0.0
 
     def _next_timeout(self) -> float | None:
         """When a permission in the rollout (as written, from memory) times out."""
