@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import profile_document
 from tests.controller.builders import observed, profile_body
+from wcow_contract.conditions import timestamp
 from wcow_contract.plan import plan_document
 from wcow_contract.rollout import RESUME_ANNOTATION, Rollout, may_change, parse_rollout
 from wcow_operator.reconcile.core import ReconcileSettings, reconcile
@@ -250,6 +251,26 @@ def test_nodes_still_changing_to_an_earlier_plan_count_against_the_budget() -> N
     reports["n03"] = NodeReport(OLD["hash"], earlier["hash"], {"hv": ("Failed", "R", "m")})
     rollout, _ = step(rollout, reports, limit=2)
     assert list(rollout.permitted) == ["n00", "n01"]
+
+
+def test_a_new_plan_keeps_the_nodes_the_last_rollout_let_in_that_are_not_done() -> None:
+    """A fix or a resume replaces a rollout while nodes are let in: one applying, one not
+    begun (its agent may start at any moment). Both keep their place, so the new rollout
+    lets nobody else in beside them at maxUnavailable 2; a node that failed gives its
+    place up."""
+    reports = fleet(6)
+    rollout, _ = step(None, reports, limit=2)
+    assert list(rollout.permitted) == ["n00", "n01"]
+    reports["n00"] = report(OLD["hash"], attempted=NEW["hash"], hv="Pending")  # applying
+    later = plan_document({"hv": {"v": 3}, "proc": {"v": 1}})
+    minute = NOW + timedelta(minutes=1)
+    replaced, _ = step(rollout, reports, limit=2, plan=later, previous=NEW, now=minute)
+    assert replaced.permitted == rollout.permitted  # the same places, the same grants
+    # The applying node failed its change instead: its place is given anew (in name
+    # order it is first again, with a new grant); the unbegun one keeps its own.
+    reports["n00"] = report(OLD["hash"], attempted=NEW["hash"], hv="Failed")
+    replaced, _ = step(rollout, reports, limit=2, plan=later, previous=NEW, now=minute)
+    assert replaced.permitted == {"n00": timestamp(minute), "n01": rollout.permitted["n01"]}
 
 
 def test_a_new_leader_continues_from_the_configmap_alone() -> None:

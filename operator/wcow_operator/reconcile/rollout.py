@@ -107,6 +107,29 @@ def node_state(report: NodeReport, plan: Mapping[str, Any], changed: frozenset[s
     return "waiting"
 
 
+def still_busy(
+    last: Rollout, reports: Mapping[str, NodeReport], *, now: datetime, timeout: timedelta
+) -> dict[str, str]:
+    """The nodes the replaced rollout let in that may still be changing to its plan: not
+    done with it, no failure reported, or not begun yet (a permission does not end with
+    its rollout: an agent that read it may start at any moment). They keep their place in
+    the new rollout, so its maxUnavailable counts them; a grant older than ``timeout``
+    starts again from now, so a halted rollout left for a while does not time them out."""
+    busy: dict[str, str] = {}
+    for name, granted in last.permitted.items():
+        report = reports.get(name)
+        if report is None or report.applied_plan_hash == last.plan_hash:
+            continue
+        states = report.states.values()
+        if report.attempted_plan_hash == last.plan_hash and any(
+            s[0] in ("Failed", "Conflict") for s in states
+        ):
+            continue
+        fresh = now - _time(granted) <= timeout
+        busy[name] = granted if fresh else timestamp(now)
+    return busy
+
+
 def changing_earlier_plan(report: NodeReport, plan_hash: str) -> bool:
     """Whether the node is in the middle of changing to another plan: its attempt began (the
     handlers it touches say Pending, Applying) and has not ended (proven, failed or held
@@ -181,6 +204,8 @@ def decide(
     held = held or {}
     plan_hash = str(plan["hash"])
     if current is None or current.plan_hash != plan_hash:
+        if carry is None and current is not None:
+            carry = still_busy(current, reports, now=now, timeout=timeout)
         current = _start(plan, previous_plan, current, len(reports), resume_key)
         current = current.model_copy(update={"permitted": dict(sorted((carry or {}).items()))})
     changed = frozenset(current.changed_handlers)
