@@ -38,6 +38,7 @@ from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import ProtocolError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -174,17 +175,25 @@ class Convergence:
                 group, version, plural, watch=True, resource_version=rv,
                 allow_watch_bookmarks=True, timeout_seconds=60, _preload_content=False,
             )  # fmt: skip
-            for line in response:
-                event = json.loads(line)
-                obj = event["object"]
-                if event["type"] == "ERROR":  # 410 Gone: the clock must not stop on a guess
-                    with self._lock:
-                        self._failed = f"the benchmark's watch of {plural} failed: {obj}"
-                        self._lock.notify_all()
-                    return
-                rv = obj["metadata"]["resourceVersion"]
-                if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                    self._seen(kind, event["type"], obj, time.perf_counter())
+            try:
+                for line in response:
+                    event = json.loads(line)
+                    obj = event["object"]
+                    if event["type"] == "ERROR":  # 410 Gone: the clock must not stop on a guess
+                        self._fail(f"the benchmark's watch of {plural} failed: {obj}")
+                        return
+                    rv = obj["metadata"]["resourceVersion"]
+                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                        self._seen(kind, event["type"], obj, time.perf_counter())
+            except (ProtocolError, OSError) as error:
+                if not self._stop.is_set():  # cut while the clock runs: say so, stop it
+                    self._fail(f"the benchmark's watch of {plural} was cut: {error}")
+                return  # (at the end: the control plane was stopped under it)
+
+    def _fail(self, why: str) -> None:
+        with self._lock:
+            self._failed = why
+            self._lock.notify_all()
 
     def _seen(self, kind: str, type_: str, obj: dict[str, Any], when: float) -> None:
         name = obj["metadata"]["name"]
