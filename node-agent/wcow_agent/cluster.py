@@ -43,6 +43,9 @@ class PlanObject:
     uninstall: str | None = None
     """``runtime.wcow.dev/uninstall`` (``wcow-operator uninstall``): the agents clean their
     nodes and stay idle."""
+    announced_hash: str | None = None
+    """The hash the operator wrote beside the plan (``runtime.wcow.dev/plan-hash``): only a
+    hint of which plan this is (when the loop wakes), never trusted for what it applies."""
 
 
 @dataclass(frozen=True)

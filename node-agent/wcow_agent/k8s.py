@@ -22,7 +22,7 @@ from wcow_agent.cluster import (
     WatchExpiredError,
 )
 from wcow_agent.pacing import is_paced
-from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_KEY
+from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_HASH_ANNOTATION, PLAN_KEY
 from wcow_contract.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY
 from wcow_contract.uninstall import UNINSTALL_ANNOTATION
 
@@ -58,7 +58,13 @@ def _plan_object(config_map: Any, deleted: bool = False) -> PlanObject:
         resource_version=metadata.resource_version if metadata else None,
         paced=not deleted and is_paced(metadata.annotations if metadata else None),
         uninstall=None if deleted else _uninstall_signal(metadata),
+        announced_hash=None if deleted else _announced_hash(metadata),
     )
+
+
+def _announced_hash(metadata: Any) -> str | None:
+    value = ((metadata.annotations if metadata else None) or {}).get(PLAN_HASH_ANNOTATION)
+    return None if value is None else str(value)[:80]
 
 
 def _uninstall_signal(metadata: Any) -> str | None:

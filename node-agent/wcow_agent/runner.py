@@ -2,7 +2,8 @@
 
 Threads: the main thread runs every reconcile (so applies never overlap); two watch threads
 follow the plan and the rollout ConfigMaps and only wake the main thread; the metrics and
-health servers answer on their own. A cycle runs when the plan changes, when the rollout
+health servers answer on their own. A cycle runs when the plan changes (a paced plan that
+does not let this node in yet: within ``watch.PACED_WAKE_SPREAD_SECONDS``), when the rollout
 changes what it says about this node (let in, for which plan, halted), every ``resync``
 seconds, when config.toml changed on disk (checked every ``drift_check`` seconds: something
 else rewrote it), and sooner after a cycle that asked to be retried.
@@ -84,7 +85,7 @@ class AgentLoop:
         self.clock = clock
         self.now = now
         self.wake = threading.Event()
-        self.view = ClusterView(cluster, options, metrics, stop, self.wake)
+        self.view = ClusterView(cluster, options, metrics, stop, self.wake, clock=clock)
         self._last_plan_error: str | None = None
         self._status: AgentStatus | None = None
         self._config_fingerprint: str | None = None
@@ -328,7 +329,11 @@ class AgentLoop:
             if self.wake.is_set():
                 self.wake.clear()
                 due = True
+            deferred = self.view.deferred_wake()
+            if deferred is not None and self.clock() >= deferred:
+                due = True
             if due:
+                self.view.cycle_starts()
                 try:
                     report = self.cycle()
                 except Exception as error:  # a bug must not take the node's agent down
@@ -342,6 +347,9 @@ class AgentLoop:
                 delay = self.options.retry_seconds if retry else self.options.resync_seconds
                 next_cycle = self.clock() + delay
                 continue
-            wait = min(next_cycle, next_drift_check) - self.clock()
+            deferred = self.view.deferred_wake()
+            pending = [deferred] if deferred is not None else []
+            wake_at = min(next_cycle, next_drift_check, *pending)
+            wait = wake_at - self.clock()
             self.wake.wait(max(0.0, min(wait, WAIT_SLICE_SECONDS)))
         self.health.stopping()

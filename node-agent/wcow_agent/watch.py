@@ -7,8 +7,10 @@ has delivered them yet).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
@@ -34,6 +36,18 @@ WATCH_TIMEOUT_SECONDS = 300
 # A failing watch is reopened after 1 s, doubling to 60 s; a good watch starts over. The
 # jitter keeps a fleet of agents from coming back to a restarted API server together.
 WATCH_BACKOFF = Backoff(initial=1.0, maximum=60.0, jitter=0.2)
+# A paced plan this node is not let in for yet asks nothing urgent of it (its cycle only
+# records that it waits), so that cycle is spread over this window by node name: a plan
+# write does not send every agent of the fleet to the API server at once, and the nodes the
+# rollout lets in (woken at once by the rollout) are not queued behind the others.
+PACED_WAKE_SPREAD_SECONDS = 2.0
+
+
+def paced_wake_delay(node: str, spread: float = PACED_WAKE_SPREAD_SECONDS) -> float:
+    """This node's place in the spread window: the same for every plan, uniform over the
+    fleet's names."""
+    digest = hashlib.sha256(node.encode("utf-8")).digest()
+    return spread * int.from_bytes(digest[:4], "big") / 2**32
 
 
 @dataclass(frozen=True)
@@ -56,13 +70,17 @@ class ClusterView:
         metrics: Metrics,
         stop: threading.Event,
         wake: threading.Event,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cluster = cluster
         self.options = options
         self.metrics = metrics
         self.stop = stop
         self.wake = wake
+        self.clock = clock
         self._lock = threading.Lock()
+        self._wake_at: float | None = None  # a deferred wake (``clock`` time): see _wake
         self._plan: PlanObject | None = None
         self._rollout: RolloutObject | None = None
         self._rollout_view: tuple[object, ...] | None = None
@@ -71,6 +89,7 @@ class ClusterView:
         again (a resync, a rollout change) is not checked again; any other text is."""
 
     def on_plan(self, plan: PlanObject) -> None:
+        """Wake the loop when the plan changed (see ``_wake``)."""
         with self._lock:
             same = self._plan is not None and (
                 self._plan.exists,
@@ -79,11 +98,11 @@ class ClusterView:
             ) == (plan.exists, plan.text, plan.uninstall)
             self._plan = plan
         if not same:
-            self.wake.set()
+            self._wake()
 
     def on_rollout(self, rollout: RolloutObject) -> None:
         """Wake the loop only when what the rollout says about this node changed: another
-        node let in is no reason for a cycle here."""
+        node let in is no reason for a cycle here (see ``_wake``)."""
         view = Permission.of(True, rollout.exists, rollout.text, self.options.namespace).view(
             self.options.node_name
         )
@@ -92,7 +111,40 @@ class ClusterView:
             self._rollout = rollout
             self._rollout_view = view
         if not same:
+            self._wake()
+
+    def _wake(self) -> None:
+        """A cycle at once; or, when the plan is paced and the rollout does not let this
+        node in for it, after this node's place in the spread window: it can only record
+        that it waits, and the rollout that lets it in wakes it at once."""
+        with self._lock:
+            plan, view = self._plan, self._rollout_view
+            waits = (
+                plan is not None
+                and plan.paced
+                and plan.exists
+                and plan.uninstall is None
+                and plan.announced_hash is not None
+                and view is not None
+                and len(view) == 4
+                # not let in for this plan (a hint only: wrong, it moves a wake by seconds)
+                and not (view[1] == plan.announced_hash and view[2] is not None)
+            )
+            if waits:
+                at = self.clock() + paced_wake_delay(self.options.node_name)
+                self._wake_at = at if self._wake_at is None else min(self._wake_at, at)
+        if not waits:
             self.wake.set()
+
+    def deferred_wake(self) -> float | None:
+        """When a deferred wake is due (``clock`` time), None when none is pending."""
+        with self._lock:
+            return self._wake_at
+
+    def cycle_starts(self) -> None:
+        """A cycle reads the plan as it is now: a deferred wake has nothing left to do."""
+        with self._lock:
+            self._wake_at = None
 
     def watch_plan_forever(self) -> None:
         """The plan ConfigMap; runs in its own thread until ``stop``."""
