@@ -19,6 +19,7 @@ The rules, in order:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -43,6 +44,14 @@ def is_paced(annotations: Mapping[str, str] | None) -> bool:
     return (annotations or {}).get(PACED_ANNOTATION) == PACED_VALUE
 
 
+@functools.lru_cache(maxsize=4)
+def _parsed_rollout(text: str | None) -> Rollout | None:
+    """``parse_rollout`` once per text: the watch and every cycle read the same rollout
+    (the agent never changes the model it gets; with 200 simulated agents in one process,
+    one parse serves them all)."""
+    return parse_rollout(text)
+
+
 @dataclass(frozen=True)
 class Permission:
     """What the cluster says about pacing, as last seen: whether the plan is paced, and the
@@ -57,7 +66,7 @@ class Permission:
         source = f"ConfigMap {namespace}/{ROLLOUT_CONFIGMAP}"
         if not exists:
             return cls(paced, None, f"{source} does not exist")
-        rollout = parse_rollout(text)
+        rollout = _parsed_rollout(text)
         if rollout is None:
             return cls(paced, None, f"{source} is missing or has an unreadable rollout.json")
         return cls(paced, rollout)

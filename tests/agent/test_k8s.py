@@ -351,3 +351,81 @@ def test_no_answer_from_the_api_server_is_a_cluster_error_for_every_call() -> No
     for call in calls.values():
         with pytest.raises(ClusterError, match="Connection refused"):
             call()
+
+
+class StreamedResponse:
+    """What ``list_namespaced_config_map(watch=True, _preload_content=False)`` answers: the
+    watch's lines, as the API server sends them."""
+
+    status = 200
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        self.body = b"".join(json.dumps(event).encode() + b"\n" for event in events)
+
+    def stream(self, amt: Any = None, decode_content: Any = None) -> Iterator[bytes]:
+        yield self.body
+
+    def close(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        pass
+
+
+class StreamingCore(FakeCore):
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self.events = events
+
+    def list_namespaced_config_map(self, namespace: str, **kwargs: Any) -> Any:  # type: ignore[override]
+        """list_namespaced_config_map  # noqa: E501
+
+        :return: V1ConfigMapList
+        """
+        self.calls.append(("watch", "configmaps", namespace, kwargs))
+        return StreamedResponse(self.events)
+
+
+def plan_config_map_json(version: str, text: str, **annotations: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "wcow-runtime-plan",
+            "namespace": "wcow-system",
+            "resourceVersion": version,
+            "annotations": annotations,
+        },
+        "data": {"plan.json": text},
+    }
+
+
+def test_the_default_watch_reads_the_json_of_each_change_through_the_clients_stream() -> None:
+    """The agent's own watch (``JsonWatch``, the client's ``Watch.stream`` without its typed
+    model): the plan, its pacing and its announced hash come through as from a read."""
+    annotations = {
+        "runtime.wcow.dev/rollout": "paced",
+        "runtime.wcow.dev/plan-hash": "sha256:abc",
+    }
+    events = [
+        {"type": "ADDED", "object": plan_config_map_json("5", '{"a": 1}', **annotations)},
+        {"type": "DELETED", "object": plan_config_map_json("6", '{"a": 1}')},
+    ]
+    cluster = KubernetesCluster(StreamingCore(events))  # type: ignore[arg-type]
+    seen = list(cluster.watch_plan("wcow-system", "4", 30))
+    assert [(p.exists, p.text, p.resource_version) for p in seen] == [
+        (True, '{"a": 1}', "5"),
+        (False, None, "6"),
+    ]
+    assert seen[0].paced
+    assert seen[0].announced_hash == "sha256:abc"
+
+
+def test_the_default_watch_turns_410_into_a_relist_not_a_crash() -> None:
+    expired = {
+        "type": "ERROR",
+        "object": {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"},
+    }
+    cluster = KubernetesCluster(StreamingCore([expired]))  # type: ignore[arg-type]
+    with pytest.raises(WatchExpiredError):
+        list(cluster.watch_rollout("wcow-system", "4", 30))

@@ -19,7 +19,15 @@ from tests.controller.fake_api import FakeApi, RelistingCache
 from wcow_contract.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY, Rollout, parse_rollout
 from wcow_contract.support.retry import Backoff
 from wcow_operator.controller.cache import ClusterCache
-from wcow_operator.controller.controller import Controller, PassReport, Runner
+from wcow_operator.controller.controller import (
+    HAND_OVER_CEILING_SECONDS,
+    HAND_OVER_DELIVERIES_PER_SECOND,
+    HAND_OVER_FLOOR_SECONDS,
+    Controller,
+    PassReport,
+    Runner,
+    hand_over_spacing,
+)
 from wcow_operator.controller.metrics import Metrics
 from wcow_operator.main import Reconciler
 from wcow_operator.reconcile.core import ReconcileSettings
@@ -687,3 +695,15 @@ def test_with_cordon_a_node_done_hands_its_slot_to_a_node_it_cordons_at_once(
     api.calls.clear()
     settle(controller)
     assert "replace_config_map" not in api.writes()  # the pass agrees with the hand-over
+
+
+def test_hand_overs_are_spaced_by_the_fleet_size() -> None:
+    """Every rollout write reaches every agent: the spacing keeps the deliveries a second
+    bounded, within a floor and a ceiling."""
+    assert hand_over_spacing(0) == HAND_OVER_FLOOR_SECONDS
+    assert hand_over_spacing(12) == HAND_OVER_FLOOR_SECONDS
+    assert hand_over_spacing(200) == pytest.approx(0.1)
+    assert hand_over_spacing(1000) == pytest.approx(0.5)
+    assert hand_over_spacing(50_000) == HAND_OVER_CEILING_SECONDS
+    for nodes in (150, 400, 1500):
+        assert nodes / hand_over_spacing(nodes) <= HAND_OVER_DELIVERIES_PER_SECOND + 1e-9

@@ -44,9 +44,21 @@ from wcow_operator.reconcile.rollout import next_timeout
 
 log = logging.getLogger(__name__)
 EVENT_NAMESPACE = "default"
-# Hand-overs (rollout writes between passes) at most this often: a write reaches every
-# agent's watch, so writing once per finished node would cost N x N events per rollout.
-HAND_OVER_SECONDS = 0.2
+# Hand-overs (rollout writes between passes) are spaced by the fleet's size: a write reaches
+# every agent's watch, so writing once per finished node would cost N x N events per
+# rollout. At most this many agent deliveries a second (200 nodes: a write per 0.1 s; 2000:
+# per 1 s), and never closer than the floor nor further apart than the ceiling.
+HAND_OVER_DELIVERIES_PER_SECOND = 2000
+HAND_OVER_FLOOR_SECONDS = 0.05
+HAND_OVER_CEILING_SECONDS = 1.0
+
+
+def hand_over_spacing(nodes: int) -> float:
+    """Seconds between two hand-overs' rollout writes for a fleet of ``nodes``."""
+    spacing = nodes / HAND_OVER_DELIVERIES_PER_SECOND
+    return min(HAND_OVER_CEILING_SECONDS, max(HAND_OVER_FLOOR_SECONDS, spacing))
+
+
 RUNTIME_CLASS_WRITES = ("create-runtime-class", "replace-runtime-class", "recreate-runtime-class")
 # The metric counts every condition a profile carries (the catalogue the docs render).
 CONDITION_TYPES = tuple(kind.type for kind in CONDITIONS)
@@ -446,7 +458,7 @@ class Runner:
         resync_seconds: float,
         debounce_seconds: float = 0.5,
         max_backoff_seconds: float = 60.0,
-        hand_over_seconds: float = HAND_OVER_SECONDS,
+        hand_over_seconds: float | None = None,
     ) -> None:
         self.controller = controller
         self.resync_seconds = resync_seconds
@@ -456,8 +468,9 @@ class Runner:
         self._changes = threading.Lock()
         self._changed_at: float | None = None  # monotonic time of the first unseen change
         self._report = threading.Event()  # a node's report changed: hand over at once
+        # None: spaced by the fleet's size (``hand_over_spacing``), else this fixed spacing.
         self.hand_over_seconds = hand_over_seconds
-        self._handed_over = -hand_over_seconds  # monotonic time of the last hand-over
+        self._handed_over: float | None = None  # monotonic time of the last hand-over
         self.last_pass_ok: float | None = None
         self.heartbeat = time.monotonic()
 
@@ -481,8 +494,9 @@ class Runner:
 
     def _debounce(self, stop: threading.Event) -> None:
         """Wait ``debounce_seconds`` for more changes, handing over slots meanwhile: at once,
-        but at most one rollout write per ``hand_over_seconds``, since every rollout write
-        goes to every agent's watch (nodes finishing together are let in by one write). A
+        but at most one rollout write per ``hand_over_spacing`` of the fleet (or per
+        ``hand_over_seconds`` when given), since every rollout write goes to every agent's
+        watch (nodes finishing together are let in by one write). A
         report that changes no decision (a node recording its attempt) writes nothing, so it
         does not hold back the next report's hand-over. Counted from the first unseen change
         (from now when the resync timer woke the runner)."""
@@ -491,7 +505,7 @@ class Runner:
         deadline = since + self.debounce_seconds
         while not stop.is_set():
             now = time.monotonic()
-            due = self._handed_over + self.hand_over_seconds
+            due = self._hand_over_due()
             if self._report.is_set() and now >= due:
                 self._report.clear()
                 if self.controller.hand_over():
@@ -503,6 +517,15 @@ class Runner:
                 stop.wait(min(deadline, due) - now)
             else:
                 self._report.wait(deadline - now)
+
+    def _hand_over_due(self) -> float:
+        """When the next hand-over may write (monotonic time)."""
+        if self._handed_over is None:
+            return 0.0
+        spacing = self.hand_over_seconds
+        if spacing is None:
+            spacing = hand_over_spacing(self.controller.cache.counts()["nodes"])
+        return self._handed_over + spacing
 
     def run(self, stop: threading.Event) -> None:
         # Never plan from a half-filled cache: a profile not listed yet would look deleted.
