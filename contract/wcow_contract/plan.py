@@ -39,6 +39,7 @@ new optional profile field changes the plan only once a profile sets it.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
@@ -108,9 +109,9 @@ class _Wire(BaseModel):
         """This part as JSON data that shares the model's dicts and lists: to read or to
         serialize, never to change (a plan's parts stay as they were rendered)."""
         return {
-            field.alias or name: value.view() if isinstance(value, _Wire) else value
-            for name, field in type(self).model_fields.items()
-            if (value := getattr(self, name)) is not None or not self._omitted_when_none(name)
+            key: value.view() if isinstance(value, _Wire) else value
+            for name, key, omitted in _view_fields(type(self))
+            if (value := getattr(self, name)) is not None or not omitted
         }
 
     def document(self) -> dict[str, Any]:
@@ -120,6 +121,16 @@ class _Wire(BaseModel):
     @staticmethod
     def _omitted_when_none(name: str) -> bool:
         return False
+
+
+@functools.cache
+def _view_fields(wire: type[_Wire]) -> tuple[tuple[str, str, bool], ...]:
+    """(attribute, JSON key, omitted when None) of each field of a plan part, worked out
+    once per class: a pass views every entry of a plan of hundreds."""
+    return tuple(
+        (name, field.alias or name, wire._omitted_when_none(name))
+        for name, field in wire.model_fields.items()
+    )
 
 
 class PlanVm(_Wire):
@@ -228,8 +239,14 @@ def plan_document(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 def build_plan(entries: Mapping[str, PlanEntry]) -> Plan:
     """The plan for these handler entries (handler -> ``plan_entry``), with its hash."""
+    return plan_with_view(entries)[0]
+
+
+def plan_with_view(entries: Mapping[str, PlanEntry]) -> tuple[Plan, dict[str, Any]]:
+    """``build_plan`` and its ``view()``, the document it is built from (viewing every entry
+    once, not twice)."""
     document = plan_document({handler: entry.view() for handler, entry in entries.items()})
-    return Plan(
+    plan = Plan(
         api_version=document["apiVersion"],
         kind=document["kind"],
         schema_version=document["schemaVersion"],
@@ -237,6 +254,7 @@ def build_plan(entries: Mapping[str, PlanEntry]) -> Plan:
         handlers={handler: entries[handler] for handler in sorted(entries)},
         hash=document["hash"],
     )
+    return plan, document
 
 
 def plan_for(profiles: Iterable[Profile]) -> Plan:

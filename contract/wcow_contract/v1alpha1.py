@@ -8,6 +8,7 @@ them before they are stored). Field docstrings become the CRD descriptions.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Annotated, Any, Final, Literal, Self
 
@@ -185,11 +186,18 @@ class _Model(BaseModel):
         # nullable) before it validates, so null means absent (apiextensions-apiserver
         # v0.35.4 pkg/apiserver/schema/defaulting/prunenulls.go). An unknown key stays, null
         # or not: the server refuses it too (strict field validation, as kubectl sends).
-        if not isinstance(data, dict):
+        if not isinstance(data, dict) or None not in data.values():
             return data
-        fields = cls.model_fields
-        known = set(fields) | {info.alias for info in fields.values() if info.alias}
+        known = _field_keys(cls)
         return {key: value for key, value in data.items() if value is not None or key not in known}
+
+
+@functools.cache
+def _field_keys(model: type[BaseModel]) -> frozenset[str]:
+    """A model's field names and aliases (worked out once per class: every model of every
+    profile of every pass asks)."""
+    fields = model.model_fields
+    return frozenset(fields) | {info.alias for info in fields.values() if info.alias}
 
 
 def without_nulls(value: Any) -> Any:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -30,7 +30,7 @@ from wcow_contract.conditions import (
     set_condition,
 )
 from wcow_contract.errors import ProfileInvalidError, parse_profile
-from wcow_contract.plan import PLAN_KEY, Plan, PlanEntry, build_plan, plan_entry
+from wcow_contract.plan import PLAN_KEY, Plan, PlanEntry, plan_entry, plan_with_view
 from wcow_contract.plan_check import EntryRefusedError, checked_entry
 from wcow_contract.rollout import (
     RESUME_ANNOTATION,
@@ -153,6 +153,19 @@ class Memo:
 
     parsed: dict[str, tuple[Any, _Profile]] = field(default_factory=dict)
     statuses: dict[str, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
+    # name -> (the parsed spec, its plan entry): the entry of the same model object, which
+    # ``parsed`` hands out again while the spec is unchanged.
+    entries: dict[str, tuple[WindowsRuntimeProfile, PlanEntry]] = field(default_factory=dict)
+
+    def entry(self, state: _Profile, earlier: Memo) -> PlanEntry:
+        """``plan_entry`` of the profile's spec, or the one an earlier pass made of it."""
+        assert state.model is not None
+        known = earlier.entries.get(state.name)
+        entry = known[1] if known is not None and known[0] is state.model else None
+        if entry is None:
+            entry = plan_entry(state.model)
+        self.entries[state.name] = (state.model, entry)
+        return entry
 
 
 def _parse_inputs(observed: ObservedProfile, settings: ReconcileSettings) -> Any:
@@ -382,7 +395,11 @@ def _compact(plan: Mapping[str, Any]) -> int:
     return len(canonical_json(plan))
 
 
-def _plan_entries(live: list[_Profile], conflicts: dict[str, list[str]]) -> dict[str, PlanEntry]:
+def _plan_entries(
+    live: list[_Profile],
+    conflicts: dict[str, list[str]],
+    entry_of: Callable[[_Profile], PlanEntry] = lambda state: plan_entry(_model(state)),
+) -> dict[str, PlanEntry]:
     entries: dict[str, PlanEntry] = {}
     claimed = {h for state in live if (h := state.claimed_handler) is not None}
     for state in live:
@@ -402,7 +419,7 @@ def _plan_entries(live: list[_Profile], conflicts: dict[str, list[str]]) -> dict
         if state.hold is not None:
             _held_entry(state, entries, claimed)
         elif state.model is not None:
-            entries[handler] = plan_entry(state.model)
+            entries[handler] = entry_of(state)
             state.planned = ("True", "InPlan", f"handler {handler} is in the plan")
         elif state.last_good is not None:
             entries[handler] = state.last_good[1]
@@ -414,6 +431,11 @@ def _plan_entries(live: list[_Profile], conflicts: dict[str, list[str]]) -> dict
                 "stays in the plan",
             )
     return entries
+
+
+def _model(state: _Profile) -> WindowsRuntimeProfile:
+    assert state.model is not None
+    return state.model
 
 
 def _held_entry(state: _Profile, entries: dict[str, PlanEntry], claimed: set[str]) -> None:
@@ -450,15 +472,14 @@ def _fit_plan(
     then new and changed ones are added by handler name while they fit; the rest wait and
     their profiles say why. (Never an emptier plan than needed: agents remove what leaves
     it.)"""
-    plan = build_plan(entries)
-    view = plan.view()
+    plan, view = plan_with_view(entries)
     text = canonical_json(view).decode("utf-8")
     size = len(text.encode("utf-8"))
     if size <= settings.plan_max_bytes:
         return plan, view, text
     previous = (observed_plan or {}).get("handlers") or {}
     kept = {h: e for h, e in entries.items() if previous.get(h) == e.view()}
-    room = settings.plan_max_bytes - _compact(build_plan(kept).view())
+    room = settings.plan_max_bytes - _compact(plan_with_view(kept)[1])
     for handler in sorted(set(entries) - set(kept)):
         # '"h":{...}' and a comma
         cost = len(canonical_json({handler: entries[handler].view()})) - 1
@@ -473,8 +494,7 @@ def _fit_plan(
         claimed = state.claimed_handler
         if claimed in entries and claimed not in kept:
             state.planned = ("False", "PlanTooLarge", message)
-    fitted = build_plan(kept)
-    view = fitted.view()
+    fitted, view = plan_with_view(kept)
     return fitted, view, canonical_json(view).decode("utf-8")
 
 
@@ -801,6 +821,8 @@ def _plan_and_rollout(
     observed: Observed,
     settings: ReconcileSettings,
     now: datetime,
+    *,
+    entry_of: Callable[[_Profile], PlanEntry] = lambda state: plan_entry(_model(state)),
 ) -> _Planned:
     """The plan with the held-back profiles' last rolled-out entries, and its rollout. When
     this pass finds the rollout halted by handlers' failures, those handlers are held back
@@ -813,7 +835,7 @@ def _plan_and_rollout(
         last: Rollout | None, carry: Mapping[str, str] | None = None
     ) -> tuple[tuple[Plan, dict[str, Any], str], Rollout, Progress, DrainWork]:
         _mark_holds(live, held)
-        fitted = _fit_plan(_plan_entries(live, conflicts), observed.plan, live, settings)
+        fitted = _fit_plan(_plan_entries(live, conflicts, entry_of), observed.plan, live, settings)
         decided = _decide_rollout(
             fitted[1], observed, live, settings, now, current=last, held=held, carry=carry
         )
@@ -1046,7 +1068,9 @@ def reconcile(
             claims[state.claimed_handler].append(state.name)
     conflicts = {h: sorted(names) for h, names in claims.items() if len(names) > 1}
 
-    planned = _plan_and_rollout(live, conflicts, observed, settings, now)
+    planned = _plan_and_rollout(
+        live, conflicts, observed, settings, now, entry_of=lambda s: current.entry(s, earlier)
+    )
     plan, text, progress = planned.view, planned.text, planned.progress
     events: list[EventNote] = []
     statuses: dict[str, dict[str, Any]] = {}
@@ -1059,7 +1083,7 @@ def reconcile(
         progress=progress, plan=plan, earlier=earlier, memo=current,
     )  # fmt: skip
     if memo is not None:
-        memo.parsed, memo.statuses = current.parsed, current.statuses
+        memo.parsed, memo.statuses, memo.entries = current.parsed, current.statuses, current.entries
     return Outcome(
         writes=writes,
         events=events,
