@@ -47,7 +47,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from wcow_contract.canonical import canonical_json, dump_json
+from wcow_contract.canonical import canonical_json, canonical_object, dump_json
 from wcow_contract.runtime_table import RUNTIMES_PATH, runtime_table
 from wcow_contract.v1alpha1 import API_VERSION
 from wcow_contract.v1alpha1 import WindowsRuntimeProfile as Profile
@@ -245,16 +245,26 @@ def build_plan(entries: Mapping[str, PlanEntry]) -> Plan:
 def plan_with_view(entries: Mapping[str, PlanEntry]) -> tuple[Plan, dict[str, Any]]:
     """``build_plan`` and its ``view()``, the document it is built from (viewing every entry
     once, not twice)."""
-    document = plan_document({handler: entry.view() for handler, entry in entries.items()})
-    plan = Plan(
-        api_version=document["apiVersion"],
-        kind=document["kind"],
-        schema_version=document["schemaVersion"],
-        runtimes_path=document["runtimesPath"],
-        handlers={handler: entries[handler] for handler in sorted(entries)},
-        hash=document["hash"],
-    )
+    plan, document, _ = plan_with_text(entries)
     return plan, document
+
+
+def plan_with_text(entries: Mapping[str, PlanEntry]) -> tuple[Plan, dict[str, Any], str]:
+    """``plan_with_view`` and the view's ``canonical_json`` (the ConfigMap's text), the
+    handlers encoded once for both the hash and the text."""
+    body = plan_body({handler: entry.view() for handler, entry in entries.items()})
+    members = {key: canonical_json(value) for key, value in body.items()}
+    digest = "sha256:" + hashlib.sha256(canonical_object(members)).hexdigest()
+    members["hash"] = canonical_json(digest)
+    plan = Plan(
+        api_version=body["apiVersion"],
+        kind=body["kind"],
+        schema_version=body["schemaVersion"],
+        runtimes_path=body["runtimesPath"],
+        handlers={handler: entries[handler] for handler in sorted(entries)},
+        hash=digest,
+    )
+    return plan, {**body, "hash": digest}, canonical_object(members).decode("utf-8")
 
 
 def plan_for(profiles: Iterable[Profile]) -> Plan:

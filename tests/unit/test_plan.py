@@ -6,7 +6,18 @@ import json
 import tomllib
 
 from tests.conftest import SAMPLES, MakeProfile
-from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_HASH_ANNOTATION, PLAN_KEY, dump_plan, plan_for
+from wcow_contract.canonical import canonical_json, canonical_object
+from wcow_contract.plan import (
+    PLAN_CONFIGMAP,
+    PLAN_HASH_ANNOTATION,
+    PLAN_KEY,
+    build_plan,
+    dump_plan,
+    plan_entry,
+    plan_for,
+    plan_hash,
+    plan_with_text,
+)
 from wcow_operator.cli import load_profiles
 from wcow_operator.render.bundle import FRAGMENT_VERSIONS, render_all
 from wcow_operator.render.configmaps import plan_config_map
@@ -75,3 +86,24 @@ def test_rendering_twice_is_byte_identical() -> None:
     profiles = [item.profile for item in loaded]
     first, second = render_all(profiles), render_all(list(reversed(profiles)))
     assert first == second
+
+
+def test_the_plan_text_is_the_canonical_json_of_its_view_and_its_hash_holds() -> None:
+    """``plan_with_text`` encodes the handlers once for the hash and the text: the bytes must
+    be exactly ``canonical_json`` of the view (hostile strings included), and the hash the
+    agent checks must hold over them."""
+    loaded, errors = load_profiles([str(SAMPLES)])
+    assert not errors
+    entries = {item.profile.handler: plan_entry(item.profile) for item in loaded}
+    assert len(entries) > 5
+    plan, view, text = plan_with_text(entries)
+    assert text.encode("utf-8") == canonical_json(view)
+    assert view == plan.view() == build_plan(entries).view()
+    body = {k: v for k, v in json.loads(text).items() if k != "hash"}
+    assert plan.hash == view["hash"] == plan_hash(body)
+
+
+def test_canonical_object_matches_canonical_json() -> None:
+    document = {"b": [1, {"z": "é", "a": None}], "a": '\u2028"', "kind": {"kind": 1}, "": 0}
+    members = {key: canonical_json(value) for key, value in document.items()}
+    assert canonical_object(members) == canonical_json(document)

@@ -30,7 +30,14 @@ from wcow_contract.conditions import (
     set_condition,
 )
 from wcow_contract.errors import ProfileInvalidError, parse_profile
-from wcow_contract.plan import PLAN_KEY, Plan, PlanEntry, plan_entry, plan_with_view
+from wcow_contract.plan import (
+    PLAN_KEY,
+    Plan,
+    PlanEntry,
+    plan_entry,
+    plan_with_text,
+    plan_with_view,
+)
 from wcow_contract.plan_check import EntryRefusedError, checked_entry
 from wcow_contract.rollout import (
     RESUME_ANNOTATION,
@@ -472,8 +479,7 @@ def _fit_plan(
     then new and changed ones are added by handler name while they fit; the rest wait and
     their profiles say why. (Never an emptier plan than needed: agents remove what leaves
     it.)"""
-    plan, view = plan_with_view(entries)
-    text = canonical_json(view).decode("utf-8")
+    plan, view, text = plan_with_text(entries)
     size = len(text.encode("utf-8"))
     if size <= settings.plan_max_bytes:
         return plan, view, text
@@ -494,8 +500,7 @@ def _fit_plan(
         claimed = state.claimed_handler
         if claimed in entries and claimed not in kept:
             state.planned = ("False", "PlanTooLarge", message)
-    fitted, view = plan_with_view(kept)
-    return fitted, view, canonical_json(view).decode("utf-8")
+    return plan_with_text(kept)
 
 
 def _nodes_condition(nodes: NodeSummary) -> tuple[ConditionStatus, str, str]:
