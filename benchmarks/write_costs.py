@@ -1,0 +1,145 @@
+"""What each write of a converge costs the control plane: CPU milliseconds per write, by
+process, for the writes `benchmarks/converge.py` compares.
+
+    .venv/bin/python benchmarks/write_costs.py [--profiles 500]
+
+Runs against the local control plane (started for the duration, `make control-plane`
+builds it; its pids file is what lets it count CPU by process). With no operator running,
+one client writes one by one, as `kubectl apply` does:
+
+1. creates N profiles (what the user's `kubectl apply` costs, in both sides of converge.py);
+2. merge-patches each one's status with the status the operator's reconcile renders for it
+   (the operator's own write, computed by `reconcile()` over the same documents);
+3. creates the N RuntimeClasses the operator renders (its other write);
+4. deletes them and server-side applies them (the floor of converge.py).
+
+Prints, one line per kind, the wall time and the CPU milliseconds per write of kube-apiserver,
+etcd, the controller manager and this client, then the operator side's CPU per profile
+(1 + 2 + 3) against the floor's (4). Everything it creates is deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.converge import cpu_by_process, floor_bodies, specs
+from tests.control_plane import cluster_kubeconfig
+from tests.e2e.operator_harness import GROUP, PLURAL, VERSION, installed_crd
+
+from wcow_operator.reconcile.core import ReconcileSettings, reconcile
+from wcow_operator.reconcile.model import Observed, ObservedProfile
+
+
+def rendered_statuses(bodies: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The status the operator's reconcile writes for each new profile (no node, no plan)."""
+    observed = Observed(
+        profiles=[
+            ObservedProfile({**b, "metadata": {**b["metadata"], "uid": "u"}}) for b in bodies
+        ],
+        runtime_classes={},
+        plan=None,
+        plan_config_map=None,
+        nodes=[],
+    )
+    outcome = reconcile(observed, ReconcileSettings(namespace="bench"), datetime.now(UTC))
+    return {w.target: w.body["status"] for w in outcome.writes if w.kind == "patch-status"}
+
+
+def measure(kubeconfig: Path, count: int, label: str, writes: Callable[[], None]) -> float:
+    """Runs ``writes``; prints its figures; returns the CPU ms per write of all processes."""
+    before = cpu_by_process(kubeconfig)
+    started = time.perf_counter()
+    writes()
+    wall = time.perf_counter() - started
+    after = cpu_by_process(kubeconfig)
+    if before is None or after is None:
+        raise SystemExit("needs the local control plane (its pids file): unset KUBECONFIG")
+    spent = {name: 1000 * (after[name] - before.get(name, 0.0)) / count for name in after}
+    print(
+        f"{label:<34} {wall:6.2f} s   CPU ms per write: "
+        + ", ".join(f"{name} {ms:.2f}" for name, ms in sorted(spent.items()))
+        + f"; all {sum(spent.values()):.2f}",
+        flush=True,
+    )
+    return sum(spent.values())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profiles", type=int, default=500)
+    args = parser.parse_args()
+    with cluster_kubeconfig() as kubeconfig:
+        run(args.profiles, kubeconfig)
+
+
+def run(count: int, kubeconfig: Path) -> None:
+    config.load_kube_config(str(kubeconfig))
+    kube = client.ApiClient()
+    custom, node = client.CustomObjectsApi(kube), client.NodeV1Api(kube)
+    bodies = specs(f"cost-{uuid.uuid4().hex[:6]}", count)
+    names = [b["metadata"]["name"] for b in bodies]
+    statuses = rendered_statuses(bodies)
+    classes = floor_bodies(bodies)
+    with installed_crd(kube):
+        time.sleep(2)  # the CRD's endpoints settle before the clock
+        try:
+            create = measure(
+                kubeconfig, count, "create profile (the user's apply)",
+                lambda: [
+                    custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+                    for body in bodies
+                ],
+            )  # fmt: skip
+            status = measure(
+                kubeconfig, count, "merge-patch status (operator)",
+                lambda: [
+                    custom.patch_cluster_custom_object_status(
+                        GROUP, VERSION, PLURAL, n, {"status": statuses[n]}
+                    )
+                    for n in names
+                ],
+            )  # fmt: skip
+            runtime_class = measure(
+                kubeconfig, count, "create RuntimeClass (operator)",
+                lambda: [node.create_runtime_class(rc) for rc in classes],
+            )  # fmt: skip
+            for rc in classes:
+                node.delete_runtime_class(rc["metadata"]["name"])
+            floor = measure(
+                kubeconfig, count, "server-side apply RuntimeClass (floor)",
+                lambda: [
+                    node.patch_runtime_class(
+                        rc["metadata"]["name"], rc, field_manager="kubectl", force=True,
+                        _content_type="application/apply-patch+yaml",
+                    )
+                    for rc in classes
+                ],
+            )  # fmt: skip
+        finally:
+            for rc in classes:
+                with contextlib.suppress(client.ApiException):
+                    node.delete_runtime_class(rc["metadata"]["name"])
+            for name in names:
+                with contextlib.suppress(client.ApiException):
+                    custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+    side = create + status + runtime_class
+    print(
+        f"operator side per profile (create + status + RuntimeClass): {side:.2f} ms CPU; "
+        f"floor {floor:.2f} ms; ratio {side / floor:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
