@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import profile_document
 from tests.controller.builders import NAMESPACE
 from tests.controller.fake_api import FakeApi, RelistingCache
+from wcow_contract.plan import PLAN_KEY
 from wcow_contract.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY, Rollout, parse_rollout
 from wcow_contract.support.retry import Backoff
 from wcow_operator.controller.cache import ClusterCache
@@ -25,6 +26,7 @@ from wcow_operator.controller.controller import (
     HAND_OVER_FLOOR_SECONDS,
     Controller,
     PassReport,
+    PlanReader,
     Runner,
     hand_over_spacing,
 )
@@ -707,3 +709,13 @@ def test_hand_overs_are_spaced_by_the_fleet_size() -> None:
     assert hand_over_spacing(50_000) == HAND_OVER_CEILING_SECONDS
     for nodes in (150, 400, 1500):
         assert nodes / hand_over_spacing(nodes) <= HAND_OVER_DELIVERIES_PER_SECOND + 1e-9
+
+
+def test_the_observed_plan_is_decoded_once_per_text() -> None:
+    reader = PlanReader()
+    first = reader.read({"data": {PLAN_KEY: '{"hash": "a"}'}})
+    assert first == {"hash": "a"}
+    assert reader.read({"data": {PLAN_KEY: '{"hash": "a"}'}}) is first
+    assert reader.read({"data": {PLAN_KEY: '{"hash": "b"}'}}) == {"hash": "b"}
+    assert reader.read({"data": {PLAN_KEY: "not json"}}) is None
+    assert reader.read({"data": {}}) is None

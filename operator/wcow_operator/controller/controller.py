@@ -98,7 +98,7 @@ class Controller:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="writer")
         # What passes worked out per profile: the next redoes only what changed.
         self._memo = Memo()
-        self._plan_read: tuple[str | None, dict[str, Any] | None] | None = None
+        self._plans = PlanReader()
         self.drainer = Drainer(
             api, metrics, lambda node: cache.wrote("nodes", node), self._post_node_event
         )
@@ -110,20 +110,8 @@ class Controller:
     def observe(self) -> Observed:
         """The cluster as the watches last showed it (no API request)."""
         observed = self.cache.observe(PLAN_CONFIGMAP, ROLLOUT_CONFIGMAP)
-        plan = self._read_plan(observed.plan_config_map) if observed.plan_config_map else None
+        plan = self._plans.read(observed.plan_config_map) if observed.plan_config_map else None
         return dataclasses.replace(observed, plan=plan, drains=dict(self.drainer.progress))
-
-    def _read_plan(self, config_map: dict[str, Any]) -> dict[str, Any] | None:
-        """The plan the ConfigMap holds, decoded once per text (273 KB at 500 handlers; a
-        hand-over and a pass read it again and again). Only read: the reconciler never
-        changes the observed plan."""
-        text = (config_map.get("data") or {}).get(PLAN_KEY)
-        known = self._plan_read
-        if known is not None and known[0] == text:
-            return known[1]
-        plan = _read_plan(config_map)
-        self._plan_read = (text, plan)
-        return plan
 
     def run_pass(self) -> PassReport:
         started = time.monotonic()
@@ -384,6 +372,22 @@ class Controller:
                 100 * outcome.plan_bytes / self.settings.plan_max_bytes,
                 self.settings.plan_max_bytes,
             )
+
+
+class PlanReader:
+    """The plan a ConfigMap holds, decoded once per text (273 KB at 500 handlers; every
+    hand-over and pass reads it). Only read: the reconciler never changes the observed plan."""
+
+    def __init__(self) -> None:
+        self._last: tuple[str | None, dict[str, Any] | None] | None = None
+
+    def read(self, config_map: dict[str, Any]) -> dict[str, Any] | None:
+        text = (config_map.get("data") or {}).get(PLAN_KEY)
+        if self._last is not None and self._last[0] == text:
+            return self._last[1]
+        plan = _read_plan(config_map)
+        self._last = (text, plan)
+        return plan
 
 
 def _read_plan(config_map: dict[str, Any]) -> dict[str, Any] | None:
