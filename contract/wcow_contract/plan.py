@@ -239,19 +239,13 @@ def plan_document(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 def build_plan(entries: Mapping[str, PlanEntry]) -> Plan:
     """The plan for these handler entries (handler -> ``plan_entry``), with its hash."""
-    return plan_with_view(entries)[0]
-
-
-def plan_with_view(entries: Mapping[str, PlanEntry]) -> tuple[Plan, dict[str, Any]]:
-    """``build_plan`` and its ``view()``, the document it is built from (viewing every entry
-    once, not twice)."""
-    plan, document, _ = plan_with_text(entries)
-    return plan, document
+    return plan_with_text(entries)[0]
 
 
 def plan_with_text(entries: Mapping[str, PlanEntry]) -> tuple[Plan, dict[str, Any], str]:
-    """``plan_with_view`` and the view's ``canonical_json`` (the ConfigMap's text), the
-    handlers encoded once for both the hash and the text."""
+    """``build_plan``, its ``view()`` (the document it is built from: every entry viewed once)
+    and the view's ``canonical_json`` (the ConfigMap's text), the handlers encoded once for
+    both the hash and the text."""
     body = plan_body({handler: entry.view() for handler, entry in entries.items()})
     members = {key: canonical_json(value) for key, value in body.items()}
     digest = "sha256:" + hashlib.sha256(canonical_object(members)).hexdigest()

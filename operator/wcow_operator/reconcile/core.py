@@ -36,7 +36,6 @@ from wcow_contract.plan import (
     PlanEntry,
     plan_entry,
     plan_with_text,
-    plan_with_view,
 )
 from wcow_contract.plan_check import EntryRefusedError, checked_entry
 from wcow_contract.rollout import (
@@ -397,15 +396,10 @@ def _event(
     )
 
 
-def _compact(plan: Mapping[str, Any]) -> int:
-    """Bytes the plan takes in the ConfigMap (which stores its canonical JSON)."""
-    return len(canonical_json(plan))
-
-
 def _plan_entries(
     live: list[_Profile],
     conflicts: dict[str, list[str]],
-    entry_of: Callable[[_Profile], PlanEntry] = lambda state: plan_entry(_model(state)),
+    entry_of: Callable[[_Profile], PlanEntry],
 ) -> dict[str, PlanEntry]:
     entries: dict[str, PlanEntry] = {}
     claimed = {h for state in live if (h := state.claimed_handler) is not None}
@@ -438,11 +432,6 @@ def _plan_entries(
                 "stays in the plan",
             )
     return entries
-
-
-def _model(state: _Profile) -> WindowsRuntimeProfile:
-    assert state.model is not None
-    return state.model
 
 
 def _held_entry(state: _Profile, entries: dict[str, PlanEntry], claimed: set[str]) -> None:
@@ -485,7 +474,7 @@ def _fit_plan(
         return plan, view, text
     previous = (observed_plan or {}).get("handlers") or {}
     kept = {h: e for h, e in entries.items() if previous.get(h) == e.view()}
-    room = settings.plan_max_bytes - _compact(plan_with_view(kept)[1])
+    room = settings.plan_max_bytes - len(plan_with_text(kept)[2].encode("utf-8"))
     for handler in sorted(set(entries) - set(kept)):
         # '"h":{...}' and a comma
         cost = len(canonical_json({handler: entries[handler].view()})) - 1
@@ -827,7 +816,7 @@ def _plan_and_rollout(
     settings: ReconcileSettings,
     now: datetime,
     *,
-    entry_of: Callable[[_Profile], PlanEntry] = lambda state: plan_entry(_model(state)),
+    entry_of: Callable[[_Profile], PlanEntry],
 ) -> _Planned:
     """The plan with the held-back profiles' last rolled-out entries, and its rollout. When
     this pass finds the rollout halted by handlers' failures, those handlers are held back
