@@ -54,7 +54,7 @@ def rendered_statuses(bodies: list[dict[str, Any]]) -> dict[str, dict[str, Any]]
         nodes=[],
     )
     outcome = reconcile(observed, ReconcileSettings(namespace="bench"), datetime.now(UTC))
-    return {w.target: w.body["status"] for w in outcome.writes if w.kind == "patch-status"}
+    return {w.target: w.body["status"] for w in outcome.writes if w.kind == "update-status"}
 
 
 def measure(kubeconfig: Path, count: int, label: str, writes: Callable[[], None]) -> float:

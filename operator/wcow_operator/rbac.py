@@ -22,7 +22,7 @@ Rule = dict[str, Any]
 # follows.
 OPERATOR_CLUSTER_RULES: Final[list[Rule]] = [
     {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["list", "watch", "patch"]},
-    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["patch"]},
+    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["update"]},
     # RuntimeClasses carry blockOwnerDeletion: clusters that enforce owner-reference
     # permissions (OwnerReferencesPermissionEnforcement) require update on finalizers.
     {"apiGroups": [GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},

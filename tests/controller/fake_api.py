@@ -153,16 +153,17 @@ class FakeApi:
             return {}
         return copy.deepcopy(current)
 
-    def patch_profile_status(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        self._enter("patch_profile_status")
+    def update_profile_status(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A PUT of the status subresource: conditional on resourceVersion (and uid when
+        given); only the status is taken from the body."""
+        self._enter("update_profile_status")
         current = self.profiles[name]
-        status = dict(current.get("status") or {})
-        for key, value in patch["status"].items():  # JSON merge patch, one level
-            if value is None:
-                status.pop(key, None)
-            else:
-                status[key] = copy.deepcopy(value)
-        current["status"] = status
+        wanted = body["metadata"]
+        if wanted.get("resourceVersion") != current["metadata"]["resourceVersion"] or (
+            wanted.get("uid") not in (None, current["metadata"].get("uid"))
+        ):
+            raise ApiError(409, "Conflict", "the object has been modified")
+        current["status"] = copy.deepcopy(body["status"])
         current["metadata"]["resourceVersion"] = self._rv()
         return copy.deepcopy(current)
 

@@ -249,13 +249,46 @@ def test_plan_write_failure_blocks_finalizer_and_warns(
 def test_conflict_409_is_resolved_by_reading_again(api: FakeApi, controller: Controller) -> None:
     api.apply_profile(profile_document("hv"))
     api.fail("create_runtime_class", 409)
-    api.fail("patch_profile_status", 409)
+    api.fail("update_profile_status", 409)
     report = controller.run_pass()
-    assert len(report.errors) == 2
+    # A status refused for a changed profile is no error: it is written again, next pass.
+    assert len(report.errors) == 1
+    assert report.errors[0].startswith("create-runtime-class hv")
+    assert report.superseded == 1
     settle(controller)
     assert api.runtime_classes["hv"]["handler"] == "hv"
     assert condition(api, "hv", "RuntimeClassReady")["status"] == "True"
     assert list(api.runtime_classes) == ["hv"]  # no duplicates
+
+
+class EditedMeanwhileApi(FakeApi):
+    """A user edits the profile's spec between the pass's read and its status write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.edits = 1
+
+    def update_profile_status(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self.edits:
+            self.edits -= 1
+            self.apply_profile(profile_document(name, isolation="Process"))
+        return super().update_profile_status(name, body)
+
+
+def test_a_status_computed_from_an_older_version_is_refused_and_written_from_the_new() -> None:
+    api = EditedMeanwhileApi()
+    api.apply_profile(profile_document("hv"))
+    controller = Controller(
+        api, RelistingCache(api, NAMESPACE), ReconcileSettings(namespace=NAMESPACE), Metrics()
+    )
+    report = controller.run_pass()
+    assert report.errors == []  # a race with a user's edit is not an error
+    assert report.superseded == 1
+    assert "status" not in api.profiles["hv"]  # nothing written from the old spec
+    settle(controller)
+    stored = api.profiles["hv"]
+    assert stored["status"]["observedGeneration"] == stored["metadata"]["generation"] == 2
+    assert api.runtime_classes["hv"]["handler"] == "hv"
 
 
 def test_no_pass_before_every_watch_has_listed(api: FakeApi) -> None:
@@ -569,8 +602,8 @@ def test_the_runner_hands_over_before_the_debounced_pass(
         runner.reported()
         assert _wait_for(lambda: "n1" in rollout_of(api).permitted, seconds=1.5)
         assert time.monotonic() - started < 1.5  # not after the 2 s debounce
-        assert "patch_profile_status" not in api.writes()  # the pass has not run yet
-        assert _wait_for(lambda: "patch_profile_status" in api.writes(), seconds=5)
+        assert "update_profile_status" not in api.writes()  # the pass has not run yet
+        assert _wait_for(lambda: "update_profile_status" in api.writes(), seconds=5)
 
 
 def test_hand_overs_are_spaced_so_nodes_finishing_together_share_one_write(
@@ -591,7 +624,7 @@ def test_hand_overs_are_spaced_so_nodes_finishing_together_share_one_write(
         assert "n2" not in rollout_of(api).permitted  # spaced: not yet
         assert _wait_for(lambda: "n2" in rollout_of(api).permitted, seconds=1.5)
         assert api.writes().count("replace_config_map") == 2
-        assert "patch_profile_status" not in api.writes()  # both before the pass
+        assert "update_profile_status" not in api.writes()  # both before the pass
 
 
 def test_a_report_that_frees_no_slot_does_not_hold_back_the_next_hand_over(
@@ -641,9 +674,9 @@ class TimedApi(FakeApi):
         name = body["metadata"]["name"]
         return self._timed(name, name, lambda: create(namespace, body))
 
-    def patch_profile_status(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        patch_status = super().patch_profile_status
-        return self._timed("status", name, lambda: patch_status(name, patch))
+    def update_profile_status(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        update_status = super().update_profile_status
+        return self._timed("status", name, lambda: update_status(name, body))
 
 
 def test_the_plan_is_written_beside_the_runtime_classes_and_before_any_status() -> None:
@@ -693,7 +726,7 @@ def test_with_cordon_a_node_done_hands_its_slot_to_a_node_it_cordons_at_once(
     assert "unschedulable" not in api.nodes[2].get("spec", {})  # waits its turn
     writes = api.writes()
     assert writes.count("replace_config_map") == 2  # draining, then permitted
-    assert "patch_profile_status" not in writes  # the pass has not run
+    assert "update_profile_status" not in writes  # the pass has not run
     api.calls.clear()
     settle(controller)
     assert "replace_config_map" not in api.writes()  # the pass agrees with the hand-over

@@ -86,7 +86,7 @@ class Cluster:
                 self.plan_cm = copy.deepcopy(write.body)
             elif write.kind == "write-rollout":
                 self.rollout_cm = copy.deepcopy(write.body)
-            elif write.kind == "patch-status":
+            elif write.kind == "update-status":
                 self.profiles[write.target]["status"] = copy.deepcopy(write.body["status"])
         self.outcomes.append(outcome)
         return outcome

@@ -50,7 +50,7 @@ def apply(state: Observed, outcome: Outcome) -> Observed:
             rollout = write.body
         elif write.kind == "remove-finalizer":
             profiles.pop(write.target)
-        elif write.kind == "patch-status" and body is not None:
+        elif write.kind == "update-status" and body is not None:
             body["status"] = write.body["status"]
     return observed(
         *profiles.values(),
@@ -89,7 +89,7 @@ def test_new_profile_gets_runtime_class_plan_and_status_and_no_finalizer() -> No
         ("create-runtime-class", "hv"),
         ("write-plan", "wcow-runtime-plan"),
         ("write-rollout", "wcow-runtime-rollout"),
-        ("patch-status", "hv"),
+        ("update-status", "hv"),
     ]
     rc = outcome.writes[0].body
     assert rc["handler"] == "hv"
@@ -207,7 +207,7 @@ def test_invalid_profile_keeps_last_good_runtime_class_and_plan_entry() -> None:
         "hv", generation=2, status=state.profiles[0].status, vm={"memoryMB": 2047}
     )
     outcome = run(edited(state, broken))
-    assert kinds(outcome) == [("patch-status", "hv")]  # no RuntimeClass or plan write
+    assert kinds(outcome) == [("update-status", "hv")]  # no RuntimeClass or plan write
     assert outcome.plan == good_plan
     valid = condition(outcome, "hv", "Valid")
     assert valid["status"] == "False"
@@ -296,7 +296,7 @@ def test_a_profile_that_relied_on_coercion_turns_invalid_and_keeps_the_last_good
         "hv", generation=2, status=state.profiles[0].status, vm={"fullyPhysicallyBacked": "yes"}
     )
     outcome = run(edited(state, coerced))
-    assert kinds(outcome) == [("patch-status", "hv")]  # no RuntimeClass or plan write
+    assert kinds(outcome) == [("update-status", "hv")]  # no RuntimeClass or plan write
     assert outcome.plan == state.plan
     valid = condition(outcome, "hv", "Valid")
     assert valid["status"] == "False"

@@ -82,7 +82,7 @@ def test_a_run_of_changes_gives_the_same_with_and_without_the_memo(
 
     for _ in range(2):  # the first change also ends proc's part in the first rollout
         twin.edit("hv", new_generation)
-        assert ("patch-status", "hv") in [(w.kind, w.target) for w in twin.step().writes]
+        assert ("update-status", "hv") in [(w.kind, w.target) for w in twin.step().writes]
         twin.settle()
     assert twin.worked_out == []
     twin.edit("hv", new_generation)
@@ -99,7 +99,7 @@ def test_a_run_of_changes_gives_the_same_with_and_without_the_memo(
     twin.settle()
     # Someone edits the status: it is written back.
     twin.edit("hv", lambda body: body["status"].update(handler="other"))
-    assert [(w.kind, w.target) for w in twin.step().writes] == [("patch-status", "hv")]
+    assert [(w.kind, w.target) for w in twin.step().writes] == [("update-status", "hv")]
     twin.settle()
     # Nodes come and report; the RuntimeClass is deleted; the operator's settings change.
     node = windows_node("n0", {"hv": ("Ready", "Ready"), "proc": ("Ready", "Ready")})

@@ -1096,7 +1096,7 @@ def test_the_profile_guard_leaves_admins_and_authors_alone() -> None:
 
 
 def test_the_profile_guard_sees_profile_updates_only() -> None:
-    """UPDATE of the main resource: the status subresource (patch-status) is not matched."""
+    """UPDATE of the main resource: the status subresource (update-status) is not matched."""
     objects = render()
     policy = find(objects, "ValidatingAdmissionPolicy", PROFILE_POLICY)
     binding = find(objects, "ValidatingAdmissionPolicyBinding", PROFILE_POLICY)

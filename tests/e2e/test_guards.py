@@ -419,9 +419,20 @@ def test_a_stolen_operator_token_changes_only_its_finalizer_on_profiles(
             name, {"metadata": {"finalizers": [FOREIGN_FINALIZER], "resourceVersion": version}}
         )
         assert patched["metadata"]["finalizers"] == [FOREIGN_FINALIZER]
-        # The status subresource is not guarded, and keeps nothing but the status.
-        forged = {"spec": {"isolation": "Process"}, "metadata": {"labels": {"team": "x"}}}
-        own.patch_profile_status(name, {"status": {"observedGeneration": 1}, **forged})
+        # The status subresource is not guarded, and keeps nothing but the status: a PUT
+        # as the controller sends it, with a spec and labels riding on it.
+        forged = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "WindowsRuntimeProfile",
+            "metadata": {
+                "name": name,
+                "resourceVersion": patched["metadata"]["resourceVersion"],
+                "labels": {"team": "x"},
+            },
+            "spec": {"isolation": "Process"},
+            "status": {"observedGeneration": 1},
+        }
+        own.update_profile_status(name, forged)
         stored = admin.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
         assert stored["status"] == {"observedGeneration": 1}
         assert stored["spec"] == body["spec"]

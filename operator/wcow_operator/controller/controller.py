@@ -72,6 +72,9 @@ class PassReport:
     # A drain is done or under way: the next pass in this many seconds (None: no drain).
     again_in: float | None = None
     wake_in: float | None = None  # seconds until a pass is due though nothing changes
+    # Status writes the API server refused with 409: the profile changed since the watch
+    # showed it (the change is on its way to the cache; the next pass writes from it).
+    superseded: int = 0
 
 
 class Controller:
@@ -192,9 +195,12 @@ class Controller:
             )
             if plan_failed:
                 batch = [w for w in batch if not w.after_plan]
-            if "patch-status" in phase:
+            if "update-status" in phase:
                 batch = self._with_failures(batch, failed_rc)
             for write, failure in zip(batch, self._pool.map(self._try, batch), strict=True):
+                if _superseded(write, failure):
+                    report.superseded += 1
+                    continue
                 if failure is None:
                     report.writes += 1
                     report.plan_written |= write.kind == "write-plan"
@@ -288,12 +294,9 @@ class Controller:
                         },
                     }
                     self.cache.wrote(kind, self.api.replace_config_map(ns, write.target, body))
-            case "patch-status":
-                current = observed.get("status") or {}
-                status: dict[str, Any] = {k: None for k in current if k not in write.body["status"]}
-                status.update(write.body["status"])
-                patched = self.api.patch_profile_status(write.target, {"status": status})
-                self.cache.wrote("profiles", patched)
+            case "update-status":
+                updated = self.api.update_profile_status(write.target, status_update(write))
+                self.cache.wrote("profiles", updated)
 
     def _post_node_event(self, node: str, type_: str, reason: str, message: str) -> None:
         """An Event about a Node the drainer cordoned, evicted from or uncordoned."""
@@ -460,6 +463,29 @@ def _blocked_cleanups(outcome: Outcome, error: Exception) -> list[EventNote]:
     ]
 
 
+def status_update(write: Write) -> dict[str, Any]:
+    """The PUT of a profile's status subresource, conditional on the version the status
+    was computed from (a merge patch costs kube-apiserver more: it encodes the stored object
+    and patches it first). The API server takes nothing but the status from the body."""
+    metadata = (write.observed or {}).get("metadata", {})
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": write.target,
+            "uid": metadata.get("uid"),
+            "resourceVersion": metadata.get("resourceVersion"),
+        },
+        "status": write.body["status"],
+    }
+
+
+def _superseded(write: Write, failure: Exception | None) -> bool:
+    """A status write refused because the profile changed after the pass read it: no
+    error (a user's edit racing a write), the status is written from the newer version."""
+    return write.kind == "update-status" and isinstance(failure, ApiError) and failure.status == 409
+
+
 class Runner:
     """Runs passes when triggered (watch events) or every ``resync_seconds``; coalesces
     bursts of events into one pass, and backs off after failures.
@@ -570,4 +596,6 @@ class Runner:
                 # While a node drains, look again soon (at once when one is drained); a
                 # permission that times out is judged when it does.
                 due = [t for t in (report.again_in, report.wake_in) if t is not None]
+                if report.superseded:  # the watch brings the change; look again regardless
+                    due.append(self.debounce_seconds)
                 wait, delays = min([self.resync_seconds, *due]), self.backoff.delays()

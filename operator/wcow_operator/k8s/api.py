@@ -220,10 +220,10 @@ class KubernetesApi(ClusterApi):
     def patch_profile(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return self._rest("patch", PLURAL, "PATCH", f"{_PROFILES}/{name}", patch)
 
-    @uses((GROUP, f"{PLURAL}/status", "patch", "cluster", None))
-    def patch_profile_status(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+    @uses((GROUP, f"{PLURAL}/status", "update", "cluster", None))
+    def update_profile_status(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         path = f"{_PROFILES}/{name}/status"
-        return self._rest("patch", f"{PLURAL}/status", "PATCH", path, patch)
+        return self._rest("update", f"{PLURAL}/status", "PUT", path, body)
 
     @uses(("", "events", "create", "cluster", None))
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:

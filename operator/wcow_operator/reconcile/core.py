@@ -1019,7 +1019,7 @@ def _status_writes(
         if _dumped(state.current_status) == status:
             continue
         writes.append(
-            Write("patch-status", state.name, {"status": status}, observed=state.observed.body)
+            Write("update-status", state.name, {"status": status}, observed=state.observed.body)
         )
         old = state.current_status.conditions if state.current_status is not None else []
         events += _transition_events(state, old, model.conditions)

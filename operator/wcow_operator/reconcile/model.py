@@ -93,7 +93,7 @@ WriteKind = Literal[
     "write-plan",
     "delete-runtime-class",
     "remove-finalizer",
-    "patch-status",
+    "update-status",
 ]
 
 # Writes run phase by phase, a phase's writes in parallel (the plan or the rollout first,
@@ -104,7 +104,7 @@ WriteKind = Literal[
 # that failed) and the plan (it says the handler is in it).
 PHASES: tuple[tuple[WriteKind, ...], ...] = (
     ("write-plan", "create-runtime-class", "replace-runtime-class", "recreate-runtime-class"),
-    ("write-rollout", "delete-runtime-class", "remove-finalizer", "patch-status"),
+    ("write-rollout", "delete-runtime-class", "remove-finalizer", "update-status"),
 )
 
 
