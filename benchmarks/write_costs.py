@@ -8,14 +8,15 @@ builds it; its pids file is what lets it count CPU by process). With no operator
 one client writes one by one, as `kubectl apply` does:
 
 1. creates N profiles (what the user's `kubectl apply` costs, in both sides of converge.py);
-2. merge-patches each one's status with the status the operator's reconcile renders for it
-   (the operator's own write, computed by `reconcile()` over the same documents);
+2. writes each one's status as the operator's reconcile renders it (computed by `reconcile()`
+   over the same documents): half with the operator's PUT of the status subresource, half
+   with the merge patch it sent until 3b8e44a (for comparison);
 3. creates the N RuntimeClasses the operator renders (its other write);
 4. deletes them and server-side applies them (the floor of converge.py).
 
 Prints, one line per kind, the wall time and the CPU milliseconds per write of kube-apiserver,
 etcd, the controller manager and this client, then the operator side's CPU per profile
-(1 + 2 + 3) against the floor's (4). Everything it creates is deleted at the end.
+(1 + the PUT of 2 + 3) against the floor's (4). Everything it creates is deleted at the end.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ from benchmarks.converge import cpu_by_process, floor_bodies, specs
 from tests.control_plane import cluster_kubeconfig
 from tests.e2e.operator_harness import GROUP, PLURAL, VERSION, installed_crd
 
+from wcow_operator.controller.controller import status_update
 from wcow_operator.reconcile.core import ReconcileSettings, reconcile
-from wcow_operator.reconcile.model import Observed, ObservedProfile
+from wcow_operator.reconcile.model import Observed, ObservedProfile, Write
 
 
 def rendered_statuses(bodies: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -95,20 +97,35 @@ def run(count: int, kubeconfig: Path) -> None:
     with installed_crd(kube):
         time.sleep(2)  # the CRD's endpoints settle before the clock
         try:
+            created: dict[str, Any] = {}
             create = measure(
                 kubeconfig, count, "create profile (the user's apply)",
-                lambda: [
-                    custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+                lambda: created.update(
+                    (body["metadata"]["name"],
+                     custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body))
                     for body in bodies
+                ),
+            )  # fmt: skip
+            halves = names[: count // 2], names[count // 2 :]
+            status = measure(
+                kubeconfig, len(halves[0]), "PUT status (operator)",
+                lambda: [
+                    custom.replace_cluster_custom_object_status(
+                        GROUP, VERSION, PLURAL, n,
+                        status_update(
+                            Write("update-status", n, {"status": statuses[n]}, created[n])
+                        ),
+                    )
+                    for n in halves[0]
                 ],
             )  # fmt: skip
-            status = measure(
-                kubeconfig, count, "merge-patch status (operator)",
+            measure(
+                kubeconfig, len(halves[1]), "merge-patch status (until 3b8e44a)",
                 lambda: [
                     custom.patch_cluster_custom_object_status(
                         GROUP, VERSION, PLURAL, n, {"status": statuses[n]}
                     )
-                    for n in names
+                    for n in halves[1]
                 ],
             )  # fmt: skip
             runtime_class = measure(
