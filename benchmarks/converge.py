@@ -1,6 +1,6 @@
 """How fast the operator converges N profiles, against a floor measured in the same run.
 
-    .venv/bin/python benchmarks/converge.py [--profiles 500] [--rounds 3] [--quiet-seconds 60]
+    .venv/bin/python benchmarks/converge.py [--profiles 500] [--rounds 5] [--quiet-seconds 60]
 
 Runs against the cluster KUBECONFIG points at, or else starts the project's local control
 plane (built by `make control-plane`) for the duration.
@@ -16,10 +16,12 @@ plane (built by `make control-plane`) for the duration.
    its peak RSS (target < 150 MiB, VmHWM from /proc); then the operator is stopped.
 2. The floor: the same N RuntimeClasses (rendered before its clock starts) server-side
    applied directly, one by one, with no operator running (a running one would see them
-   on its watch and compete for the CPU).
-3. Repeats 1 and 2, alternated, with new profiles each round (the last round's are deleted
-   before the next starts), ``--rounds`` times: one round on a shared machine can land
-   on another tenant's burst, which alternating and taking the median sees through.
+   on its watch and compete for the CPU); once before the operator side and once after it
+   (other names), and the mean of the two is the round's floor: the host's speed drifts
+   (the same floor took 1.0 to 2.0 s within minutes here), and bracketing follows it.
+3. Repeats 1 and 2 with new profiles each round (deleted before the next starts),
+   ``--rounds`` times: one round on a shared machine can land on another tenant's burst,
+   which the median sees through.
 4. Prints each round, then the median round's ratio (target <= 2) with the spread, and the
    operator's writes per profile; the quiet period is the last round's.
 Everything it creates is deleted at the end. Run it on a test cluster with no other
@@ -134,7 +136,7 @@ def main() -> None:
     parser.add_argument("--profiles", type=int, default=500)
     parser.add_argument("--quiet-seconds", type=float, default=60)
     parser.add_argument(
-        "--rounds", type=int, default=3, help="operator side and floor, alternated (median)"
+        "--rounds", type=int, default=5, help="floor, operator side, floor: repeated (median)"
     )
     parser.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args()
@@ -258,25 +260,39 @@ def one_round(
     *,
     last: bool,
 ) -> dict[str, Any]:
-    """The operator side, then the floor, with N profiles of their own (deleted after)."""
+    """The floor, the operator side, the floor again (the floor is the mean of the two that
+    bracket the operator side), with N profiles of their own, deleted after."""
     prefix = f"bench-{uuid.uuid4().hex[:6]}"
     bodies = specs(prefix, args.profiles)
     names = [b["metadata"]["name"] for b in bodies]
-    floor = floor_bodies(bodies)  # rendered before its clock starts
+    # Rendered before their clocks start; each floor its own names (an apply onto an
+    # existing object is cheaper).
+    floors = [floor_bodies(bodies, f"floor{which}") for which in ("a", "b")]
+    floor_seconds: list[float] = []
+    floor_cpu: list[float | None] = []
+
+    def floor() -> None:
+        # The floor runs alone: no operator runs, so none of its passes (its RuntimeClass
+        # watch would see the floor's writes) competes for the CPU.
+        cpu = cpu_seconds(kubeconfig)
+        floor_seconds.append(floor_side(node, floors[len(floor_seconds)]))
+        floor_cpu.append(_spent(cpu, kubeconfig))
+
     with namespace(custom.api_client, prefix) as ns:
         try:
+            floor()
             with running_operator(ns, "--log-level", "WARNING") as operator:
                 quiet = args.quiet_seconds if last else 0.0
                 figures = operator_side(
                     args, kubeconfig, custom, bodies, operator, quiet_seconds=quiet
                 )
-            # The floor runs alone: the operator is stopped, so none of its passes (its
-            # RuntimeClass watch sees the floor's writes) competes for the CPU.
-            cpu = cpu_seconds(kubeconfig)
-            figures["floor_seconds"] = floor_side(node, floor)
-            figures["floor_cpu"] = _spent(cpu, kubeconfig)
+            floor()
         finally:
             clean_up(args, custom, node, prefix, names)
+    figures["floor_seconds"] = sum(floor_seconds) / 2
+    figures["floors"] = floor_seconds
+    known = [cpu for cpu in floor_cpu if cpu is not None]
+    figures["floor_cpu"] = sum(known) / 2 if len(known) == 2 else None
     return figures
 
 
@@ -334,12 +350,12 @@ def operator_side(
     return figures
 
 
-def floor_bodies(bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The RuntimeClasses the operator renders for ``bodies``, named floor-*."""
+def floor_bodies(bodies: list[dict[str, Any]], prefix: str = "floor") -> list[dict[str, Any]]:
+    """The RuntimeClasses the operator renders for ``bodies``, named PREFIX-*."""
     rendered = []
     for body in bodies:
         rc = render_runtime_class(parse_profile(body))
-        rc["metadata"]["name"] = f"floor-{rc['metadata']['name']}"
+        rc["metadata"]["name"] = f"{prefix}-{rc['metadata']['name']}"
         rendered.append(rc)
     return rendered
 
@@ -370,7 +386,8 @@ def clean_up(
     for name in names:
         for call in (
             lambda n=name: custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, n),
-            lambda n=name: node.delete_runtime_class(f"floor-{n}"),
+            lambda n=name: node.delete_runtime_class(f"floora-{n}"),
+            lambda n=name: node.delete_runtime_class(f"floorb-{n}"),
         ):
             try:
                 call()
@@ -400,7 +417,8 @@ def round_line(index: int, profiles: int, figures: dict[str, Any]) -> str:
         cpu = f", CPU s {figures['operator_cpu']:.2f} / {figures['floor_cpu']:.2f}"
     return (
         f"round {index + 1}: operator {figures['operator_seconds']:.2f} s"
-        f" (creating {figures['created_seconds']:.2f}), floor {figures['floor_seconds']:.2f} s,"
+        f" (creating {figures['created_seconds']:.2f}), floor {figures['floor_seconds']:.2f} s"
+        f" ({figures['floors'][0]:.2f} before, {figures['floors'][1]:.2f} after),"
         f" ratio {ratio(figures):.2f}{cpu}, {figures['writes'] / profiles:.2f} writes per profile"
     )
 
