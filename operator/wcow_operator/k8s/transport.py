@@ -44,19 +44,21 @@ class JsonTransport:
         headers = {"Accept": accept}
         if content_type:
             headers["Content-Type"] = content_type
-        method, url, headers, payload, _ = self._client.param_serialize(
+        # The body goes around param_serialize: it is plain JSON already (dicts, lists, str,
+        # numbers), and the client's walk converting typed models visits every value of it
+        # (about a sixth of a write's Python time, by yappi); the client's json.dumps sends it.
+        method, url, headers, _, _ = self._client.param_serialize(
             method,
             path,
             query_params=query,
             header_params=headers,
-            body=body,
             auth_settings=["BearerToken"],
         )
         response = self._client.call_api(
             method,
             url,
             header_params=headers,
-            body=payload,
+            body=body,
             _request_timeout=timeout or self.timeout,
         )
         if not 200 <= response.status < 300:
