@@ -245,9 +245,12 @@ def run(args: argparse.Namespace, kubeconfig: Path) -> None:
     kube = client.ApiClient()
     custom, node = client.CustomObjectsApi(kube), client.NodeV1Api(kube)
     rounds: list[dict[str, Any]] = []
-    with installed_crd(kube):
+    # One namespace for every round: the namespace controller's clean-up of a deleted one
+    # (a list of every namespaced kind) would run into the next round.
+    with installed_crd(kube), namespace(kube, f"bench-{uuid.uuid4().hex[:6]}") as ns:
         for index in range(args.rounds):
-            rounds.append(one_round(args, kubeconfig, custom, node, last=index == args.rounds - 1))
+            last = index == args.rounds - 1
+            rounds.append(one_round(args, kubeconfig, custom, node, ns, last=last))
             print(round_line(index, args.profiles, rounds[-1]), flush=True)
     report(args, rounds)
 
@@ -257,6 +260,7 @@ def one_round(
     kubeconfig: Path,
     custom: client.CustomObjectsApi,
     node: client.NodeV1Api,
+    ns: str,
     *,
     last: bool,
 ) -> dict[str, Any]:
@@ -278,17 +282,14 @@ def one_round(
         floor_seconds.append(floor_side(node, floors[len(floor_seconds)]))
         floor_cpu.append(_spent(cpu, kubeconfig))
 
-    with namespace(custom.api_client, prefix) as ns:
-        try:
-            floor()
-            with running_operator(ns, "--log-level", "WARNING") as operator:
-                quiet = args.quiet_seconds if last else 0.0
-                figures = operator_side(
-                    args, kubeconfig, custom, bodies, operator, quiet_seconds=quiet
-                )
-            floor()
-        finally:
-            clean_up(args, custom, node, prefix, names)
+    try:
+        floor()
+        with running_operator(ns, "--log-level", "WARNING") as operator:
+            quiet = args.quiet_seconds if last else 0.0
+            figures = operator_side(args, kubeconfig, custom, bodies, operator, quiet_seconds=quiet)
+        floor()
+    finally:
+        clean_up(args, custom, node, prefix, names)
     figures["floor_seconds"] = sum(floor_seconds) / 2
     figures["floors"] = floor_seconds
     known = [cpu for cpu in floor_cpu if cpu is not None]
@@ -382,7 +383,8 @@ def clean_up(
     names: list[str],
 ) -> None:
     """Delete the profiles (the garbage collector takes their RuntimeClasses) and the
-    floor's RuntimeClasses; wait until the profiles are gone."""
+    floor's RuntimeClasses; wait until the profiles and the RuntimeClasses are gone (the
+    garbage collector's 500 deletes would otherwise run into the next round)."""
     for name in names:
         for call in (
             lambda n=name: custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, n),
@@ -394,17 +396,14 @@ def clean_up(
             except ApiException as error:
                 if error.status != 404:
                     raise
-    wait_for(
-        "the benchmark's profiles to be deleted",
-        lambda: (
-            not [
-                p
-                for p in custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
-                if p["metadata"]["name"].startswith(prefix)
-            ]
-        ),
-        timeout=args.timeout,
-    )
+    kinds = (("profiles", (GROUP, VERSION, PLURAL)), ("RuntimeClasses", RUNTIME_CLASSES))
+    for what, where in kinds:
+
+        def gone(where: tuple[str, str, str] = where) -> bool:
+            items = custom.list_cluster_custom_object(*where)["items"]
+            return not [item for item in items if prefix in item["metadata"]["name"]]
+
+        wait_for(f"the benchmark's {what} to be deleted", gone, timeout=args.timeout)
 
 
 def ratio(figures: dict[str, Any]) -> float:
