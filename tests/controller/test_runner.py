@@ -3,6 +3,7 @@ seen, so a burst longer than a pass is not held up a whole debounce after each p
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -90,3 +91,26 @@ def test_a_change_late_in_a_pass_still_waits_the_debounce() -> None:
         runner.trigger()
         wait_for_passes(controller, 3)
     assert controller.starts[2] - changed[0] >= DEBOUNCE - 0.05
+
+
+class SupersededController(SlowController):
+    """Every pass has a status write refused with 409 (a watch that lags behind)."""
+
+    def run_pass(self) -> PassReport:
+        self.starts.append(time.monotonic())
+        return PassReport(superseded=1)
+
+
+def test_refused_status_writes_back_off_until_the_watch_brings_the_change() -> None:
+    controller = SupersededController()
+    with running(controller) as runner:
+        time.sleep(4.5)  # no change arrives: passes back off (1 s, 2 s, ...)
+        backed_off = list(controller.starts)
+        triggered = time.monotonic()
+        runner.trigger()  # the newer profile arrives: a pass after the debounce
+        wait_for_passes(controller, len(backed_off) + 1, seconds=DEBOUNCE + 1)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(backed_off)]
+    assert len(backed_off) <= 3  # a debounce-paced loop would have made about six
+    assert all(gap >= 1.0 for gap in gaps)
+    # The trigger is not held to the backoff (4 s by then): one debounce.
+    assert controller.starts[len(backed_off)] - triggered < DEBOUNCE + 0.5

@@ -596,6 +596,9 @@ class Runner:
                 # While a node drains, look again soon (at once when one is drained); a
                 # permission that times out is judged when it does.
                 due = [t for t in (report.again_in, report.wake_in) if t is not None]
-                if report.superseded:  # the watch brings the change; look again regardless
-                    due.append(self.debounce_seconds)
-                wait, delays = min([self.resync_seconds, *due]), self.backoff.delays()
+                if report.superseded:
+                    # The watch brings the newer profile, and its trigger ends the wait;
+                    # a watch that lags gets the backoff, not a 409 every debounce.
+                    wait = min([self.resync_seconds, *due, next(delays)])
+                else:
+                    wait, delays = min([self.resync_seconds, *due]), self.backoff.delays()
