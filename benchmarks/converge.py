@@ -66,6 +66,8 @@ from wcow_contract.errors import parse_profile
 from wcow_operator.render.runtimeclass import render_runtime_class
 
 RUNTIME_CLASSES = ("node.k8s.io", "v1", "runtimeclasses")
+# The RuntimeClasses of the floor before the operator side and of the floor after it.
+FLOOR_PREFIXES = ("floora", "floorb")
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -271,30 +273,30 @@ def one_round(
     names = [b["metadata"]["name"] for b in bodies]
     # Rendered before their clocks start; each floor its own names (an apply onto an
     # existing object is cheaper).
-    floors = [floor_bodies(bodies, f"floor{which}") for which in ("a", "b")]
-    floor_seconds: list[float] = []
-    floor_cpu: list[float | None] = []
-
-    def floor() -> None:
-        # The floor runs alone: no operator runs, so none of its passes (its RuntimeClass
-        # watch would see the floor's writes) competes for the CPU.
-        cpu = cpu_seconds(kubeconfig)
-        floor_seconds.append(floor_side(node, floors[len(floor_seconds)]))
-        floor_cpu.append(_spent(cpu, kubeconfig))
-
+    before, after = (floor_bodies(bodies, name) for name in FLOOR_PREFIXES)
     try:
-        floor()
+        floors = [timed_floor(node, kubeconfig, before)]
         with running_operator(ns, "--log-level", "WARNING") as operator:
             quiet = args.quiet_seconds if last else 0.0
             figures = operator_side(args, kubeconfig, custom, bodies, operator, quiet_seconds=quiet)
-        floor()
+        floors.append(timed_floor(node, kubeconfig, after))
     finally:
         clean_up(args, custom, node, prefix, names)
-    figures["floor_seconds"] = sum(floor_seconds) / 2
-    figures["floors"] = floor_seconds
-    known = [cpu for cpu in floor_cpu if cpu is not None]
-    figures["floor_cpu"] = sum(known) / 2 if len(known) == 2 else None
+    figures["floors"] = [seconds for seconds, _ in floors]
+    figures["floor_seconds"] = sum(figures["floors"]) / 2
+    cpus = [cpu for _, cpu in floors if cpu is not None]
+    figures["floor_cpu"] = sum(cpus) / 2 if len(cpus) == 2 else None
     return figures
+
+
+def timed_floor(
+    node: client.NodeV1Api, kubeconfig: Path, rendered: list[dict[str, Any]]
+) -> tuple[float, float | None]:
+    """One floor: its seconds and its CPU seconds. It runs alone: no operator runs, so none
+    of its passes (its RuntimeClass watch would see the floor's writes) competes for it."""
+    cpu = cpu_seconds(kubeconfig)
+    seconds = floor_side(node, rendered)
+    return seconds, _spent(cpu, kubeconfig)
 
 
 def _spent(before: float | None, kubeconfig: Path, *pids: int) -> float | None:
@@ -388,8 +390,7 @@ def clean_up(
     for name in names:
         for call in (
             lambda n=name: custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, n),
-            lambda n=name: node.delete_runtime_class(f"floora-{n}"),
-            lambda n=name: node.delete_runtime_class(f"floorb-{n}"),
+            *(lambda n=name, p=p: node.delete_runtime_class(f"{p}-{n}") for p in FLOOR_PREFIXES),
         ):
             try:
                 call()
