@@ -19,10 +19,17 @@ plane (built by `make control-plane`) for the duration.
    on its watch and compete for the CPU); once before the operator side and once after it
    (other names), and the mean of the two is the round's floor: the host's speed drifts
    (the same floor took 1.0 to 2.0 s within minutes here), and bracketing follows it.
-3. Repeats 1 and 2 with new profiles each round (deleted before the next starts),
+3. With ``--writes-alone``, between the operator side and the second floor: the operator's
+   writes without the operator. N other profiles are created as in 1, and as each one is,
+   its RuntimeClass create and its status PUT (the bodies the operator's reconcile renders
+   for it, worked out before the clock) go out from eight threads through the operator's
+   own client; timed by the same watches. No watch of the operator's, no pass, no plan:
+   what any operator that makes these two writes per profile costs this cluster, which
+   bounds the operator side's ratio from below on this host.
+4. Repeats 1 to 3 with new profiles each round (deleted before the next starts),
    ``--rounds`` times: one round on a shared machine can land on another tenant's burst,
    which the median sees through.
-4. Prints each round, then the median round's ratio (target <= 2) with the spread, and the
+5. Prints each round, then the median round's ratio (target <= 2) with the spread, and the
    operator's writes per profile; the quiet period is the last round's.
 Everything it creates is deleted at the end. Run it on a test cluster with no other
 wcow-operator.
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import re
 import sys
@@ -39,6 +47,8 @@ import threading
 import time
 import urllib.request
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +73,10 @@ from tests.e2e.operator_harness import (
 )
 
 from wcow_contract.errors import parse_profile
+from wcow_operator.controller.controller import status_update
+from wcow_operator.k8s.api import KubernetesApi
+from wcow_operator.reconcile.core import ReconcileSettings, reconcile
+from wcow_operator.reconcile.model import Observed, ObservedProfile, Write
 from wcow_operator.render.runtimeclass import render_runtime_class
 
 RUNTIME_CLASSES = ("node.k8s.io", "v1", "runtimeclasses")
@@ -139,6 +153,11 @@ def main() -> None:
     parser.add_argument("--quiet-seconds", type=float, default=60)
     parser.add_argument(
         "--rounds", type=int, default=5, help="floor, operator side, floor: repeated (median)"
+    )
+    parser.add_argument(
+        "--writes-alone",
+        action="store_true",
+        help="also time the operator's two writes per profile made without the operator",
     )
     parser.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args()
@@ -270,7 +289,8 @@ def one_round(
     bracket the operator side), with N profiles of their own, deleted after."""
     prefix = f"bench-{uuid.uuid4().hex[:6]}"
     bodies = specs(prefix, args.profiles)
-    names = [b["metadata"]["name"] for b in bodies]
+    alone = specs(f"{prefix}w", args.profiles) if args.writes_alone else []
+    names = [b["metadata"]["name"] for b in bodies + alone]
     # Rendered before their clocks start; each floor its own names (an apply onto an
     # existing object is cheaper).
     before, after = (floor_bodies(bodies, name) for name in FLOOR_PREFIXES)
@@ -279,6 +299,11 @@ def one_round(
         with running_operator(ns, "--log-level", "WARNING") as operator:
             quiet = args.quiet_seconds if last else 0.0
             figures = operator_side(args, kubeconfig, custom, bodies, operator, quiet_seconds=quiet)
+        if alone:
+            # The operator side's objects gone first: their garbage collection would run
+            # into this side's clock.
+            clean_up(args, custom, node, prefix, names)
+            figures["alone"] = writes_alone_side(args, kubeconfig, custom, alone)
         floors.append(timed_floor(node, kubeconfig, after))
     finally:
         clean_up(args, custom, node, prefix, names)
@@ -353,6 +378,102 @@ def operator_side(
     return figures
 
 
+def rendered_writes(bodies: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """For each new profile (generation 1, no node, no plan): the bodies of the writes the
+    operator's reconcile makes for it, by kind ("create-runtime-class", "update-status").
+    The RuntimeClass's owner reference holds a placeholder uid (``owned_by``)."""
+    observed = Observed(
+        profiles=[
+            ObservedProfile({**b, "metadata": {**b["metadata"], "uid": "u", "generation": 1}})
+            for b in bodies
+        ],
+        runtime_classes={},
+        plan=None,
+        plan_config_map=None,
+        nodes=[],
+    )
+    outcome = reconcile(observed, ReconcileSettings(namespace="bench"), datetime.now(UTC))
+    rendered: dict[str, dict[str, dict[str, Any]]] = {b["metadata"]["name"]: {} for b in bodies}
+    for write in outcome.writes:
+        if write.target in rendered:  # not the plan's and the rollout's ConfigMaps
+            rendered[write.target][write.kind] = write.body
+    return rendered
+
+
+def owned_by(runtime_class: dict[str, Any], uid: str) -> dict[str, Any]:
+    """The rendered RuntimeClass with the created profile's uid in its owner reference."""
+    metadata = runtime_class["metadata"]
+    references = [{**r, "uid": uid} for r in metadata["ownerReferences"]]
+    return {**runtime_class, "metadata": {**metadata, "ownerReferences": references}}
+
+
+def writes_alone_side(
+    args: argparse.Namespace,
+    kubeconfig: Path,
+    custom: client.CustomObjectsApi,
+    bodies: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """From the first profile created until the watches see convergence, with no operator:
+    as each profile is created, its RuntimeClass create and then its status PUT go to
+    another process (as the operator is one: this one's GIL stays the creating client's),
+    which makes them from eight threads (the operator's writers) through the operator's own
+    client."""
+    names = [body["metadata"]["name"] for body in bodies]
+    context = multiprocessing.get_context("fork")
+    created_queue: multiprocessing.Queue[tuple[str, str, str] | None] = context.Queue()
+    failures: multiprocessing.Queue[str] = context.Queue()
+    writer = context.Process(
+        target=alone_writer, args=(rendered_writes(bodies), created_queue, failures)
+    )
+    writer.start()  # before the watches' threads: a fork copies no running thread
+    try:
+        if failures.get(timeout=60) != "ready":
+            raise AssertionError("the writes-alone process did not start")
+        convergence = Convergence(custom.api_client, names)
+        cpu = cpu_seconds(kubeconfig, writer.pid or 0)
+        start = time.perf_counter()
+        for body in bodies:
+            done = custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+            metadata = done["metadata"]
+            created_queue.put((metadata["name"], metadata["uid"], metadata["resourceVersion"]))
+        created = time.perf_counter()
+        end = convergence.wait(args.timeout)
+        spent = _spent(cpu, kubeconfig, writer.pid or 0)
+    finally:
+        created_queue.put(None)
+        writer.join(timeout=60)
+    if writer.exitcode != 0:
+        raise AssertionError(f"the writes-alone process failed: {failures.get(timeout=1)}")
+    return {"seconds": end - start, "created_seconds": created - start, "cpu": spent}
+
+
+def alone_writer(
+    rendered: dict[str, dict[str, dict[str, Any]]],
+    created_queue: multiprocessing.Queue[tuple[str, str, str] | None],
+    failures: multiprocessing.Queue[str],
+) -> None:
+    """The writes-alone process: each created profile's two writes, until None comes."""
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = 16  # as the operator's (k8s.api.api_client)
+    api = KubernetesApi(client.ApiClient(configuration))
+
+    def write(name: str, uid: str, resource_version: str) -> None:
+        observed = {"metadata": {"name": name, "uid": uid, "resourceVersion": resource_version}}
+        api.create_runtime_class(owned_by(rendered[name]["create-runtime-class"], uid))
+        status = Write("update-status", name, rendered[name]["update-status"], observed=observed)
+        api.update_profile_status(name, status_update(status))
+
+    failures.put("ready")
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="writer") as pool:
+        futures = []
+        while (item := created_queue.get()) is not None:
+            futures.append(pool.submit(write, *item))
+    for future in futures:
+        if future.exception() is not None:
+            failures.put(repr(future.exception()))
+            sys.exit(1)
+
+
 def floor_bodies(bodies: list[dict[str, Any]], prefix: str = "floor") -> list[dict[str, Any]]:
     """The RuntimeClasses the operator renders for ``bodies``, named PREFIX-*."""
     rendered = []
@@ -411,6 +532,10 @@ def ratio(figures: dict[str, Any]) -> float:
     return float(figures["operator_seconds"] / figures["floor_seconds"])
 
 
+def alone_ratio(figures: dict[str, Any]) -> float:
+    return float(figures["alone"]["seconds"] / figures["floor_seconds"])
+
+
 def round_line(index: int, profiles: int, figures: dict[str, Any]) -> str:
     cpu = ""
     if figures["operator_cpu"] is not None and figures["floor_cpu"] is not None:
@@ -420,6 +545,16 @@ def round_line(index: int, profiles: int, figures: dict[str, Any]) -> str:
         f" (creating {figures['created_seconds']:.2f}), floor {figures['floor_seconds']:.2f} s"
         f" ({figures['floors'][0]:.2f} before, {figures['floors'][1]:.2f} after),"
         f" ratio {ratio(figures):.2f}{cpu}, {figures['writes'] / profiles:.2f} writes per profile"
+        + (alone_line(figures) if "alone" in figures else "")
+    )
+
+
+def alone_line(figures: dict[str, Any]) -> str:
+    alone = figures["alone"]
+    cpu = f", CPU s {alone['cpu']:.2f}" if alone["cpu"] is not None else ""
+    return (
+        f"; writes alone {alone['seconds']:.2f} s (creating {alone['created_seconds']:.2f}),"
+        f" ratio {alone_ratio(figures):.2f}{cpu}"
     )
 
 
@@ -439,6 +574,13 @@ def report(args: argparse.Namespace, rounds: list[dict[str, Any]]) -> None:
         f"   ({writes / args.profiles:.2f} writes per profile; median of {len(rounds)} rounds,"
         f" {ratio(ranked[0]):.2f} to {ratio(ranked[-1]):.2f})"
     )
+    if "alone" in figures:
+        alones = sorted(alone_ratio(r) for r in rounds)
+        print(
+            f"ratio writes alone/floor:       {alones[len(alones) // 2]:8.2f}"
+            f"   (the operator's two writes per profile without it: median of {len(rounds)}"
+            f" rounds, {alones[0]:.2f} to {alones[-1]:.2f})"
+        )
     print(
         f"passes until converged:         {figures['passes']:8.0f}"
         f"   ({figures['pass_seconds']:.2f} s in passes)"

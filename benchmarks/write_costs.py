@@ -27,7 +27,6 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,28 +34,12 @@ from kubernetes import client, config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.converge import cpu_by_process, floor_bodies, specs
+from benchmarks.converge import cpu_by_process, floor_bodies, rendered_writes, specs
 from tests.control_plane import cluster_kubeconfig
 from tests.e2e.operator_harness import GROUP, PLURAL, VERSION, installed_crd
 
 from wcow_operator.controller.controller import status_update
-from wcow_operator.reconcile.core import ReconcileSettings, reconcile
-from wcow_operator.reconcile.model import Observed, ObservedProfile, Write
-
-
-def rendered_statuses(bodies: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The status the operator's reconcile writes for each new profile (no node, no plan)."""
-    observed = Observed(
-        profiles=[
-            ObservedProfile({**b, "metadata": {**b["metadata"], "uid": "u"}}) for b in bodies
-        ],
-        runtime_classes={},
-        plan=None,
-        plan_config_map=None,
-        nodes=[],
-    )
-    outcome = reconcile(observed, ReconcileSettings(namespace="bench"), datetime.now(UTC))
-    return {w.target: w.body["status"] for w in outcome.writes if w.kind == "update-status"}
+from wcow_operator.reconcile.model import Write
 
 
 def measure(kubeconfig: Path, count: int, label: str, writes: Callable[[], None]) -> float:
@@ -92,7 +75,7 @@ def run(count: int, kubeconfig: Path) -> None:
     custom, node = client.CustomObjectsApi(kube), client.NodeV1Api(kube)
     bodies = specs(f"cost-{uuid.uuid4().hex[:6]}", count)
     names = [b["metadata"]["name"] for b in bodies]
-    statuses = rendered_statuses(bodies)
+    statuses = {name: w["update-status"] for name, w in rendered_writes(bodies).items()}
     classes = floor_bodies(bodies)
     with installed_crd(kube):
         time.sleep(2)  # the CRD's endpoints settle before the clock
