@@ -16,16 +16,21 @@ plane (built by `make control-plane`) for the duration.
    its peak RSS (target < 150 MiB, VmHWM from /proc); then the operator is stopped.
 2. The floor: the same N RuntimeClasses (rendered before its clock starts) server-side
    applied directly, one by one, with no operator running (a running one would see them
-   on its watch and compete for the CPU); once before the operator side and once after it
+   on its watch and compete for the CPU); once before the sides and once after them
    (other names), and the mean of the two is the round's floor: the host's speed drifts
-   (the same floor took 1.0 to 2.0 s within minutes here), and bracketing follows it.
-3. With ``--writes-alone``, between the operator side and the second floor: the operator's
-   writes without the operator. N other profiles are created as in 1, and as each one is,
-   its RuntimeClass create and its status PUT (the bodies the operator's reconcile renders
-   for it, worked out before the clock) go out from eight threads through the operator's
-   own client; timed by the same watches. No watch of the operator's, no pass, no plan:
-   what any operator that makes these two writes per profile costs this cluster, which
-   bounds the operator side's ratio from below on this host.
+   (the same floor took 1.0 to 2.0 s within minutes here), and bracketing follows it. Each
+   side's objects are deleted, and the garbage collector's deletes waited out, before the
+   next step.
+3. With ``--writes-alone``, a third side: the operator's writes without the operator. N
+   other profiles are created as in 1, and as each one is, its RuntimeClass create and its
+   status PUT (the bodies the operator's reconcile renders for it, worked out before the
+   clock) go out at once from another process, eight threads, through the operator's own
+   client; timed by the same watches. No watch of the operator's, no pass, no plan, no wait:
+   the same writes from a client that does nothing else, a reference for what the writes
+   themselves cost this cluster (not a strict bound: the operator orders them otherwise,
+   the RuntimeClasses of a pass before its statuses, and its batches give the garbage
+   collector time to see an owner before its RuntimeClass). It runs before the operator
+   side in every other round.
 4. Repeats 1 to 3 with new profiles each round (deleted before the next starts),
    ``--rounds`` times: one round on a shared machine can land on another tenant's burst,
    which the median sees through.
@@ -41,13 +46,14 @@ import argparse
 import json
 import multiprocessing
 import os
+import queue
 import re
 import sys
 import threading
 import time
 import urllib.request
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -152,7 +158,7 @@ def main() -> None:
     parser.add_argument("--profiles", type=int, default=500)
     parser.add_argument("--quiet-seconds", type=float, default=60)
     parser.add_argument(
-        "--rounds", type=int, default=5, help="floor, operator side, floor: repeated (median)"
+        "--rounds", type=int, default=5, help="floor, the sides, floor: repeated (median)"
     )
     parser.add_argument(
         "--writes-alone",
@@ -219,17 +225,18 @@ class Convergence:
                     event = json.loads(line)
                     obj = event["object"]
                     if event["type"] == "ERROR":  # 410 Gone: the clock must not stop on a guess
-                        self._fail(f"the benchmark's watch of {plural} failed: {obj}")
+                        self.fail(f"the benchmark's watch of {plural} failed: {obj}")
                         return
                     rv = obj["metadata"]["resourceVersion"]
                     if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                         self._seen(kind, event["type"], obj, time.perf_counter())
             except (ProtocolError, OSError) as error:
                 if not self._stop.is_set():  # cut while the clock runs: say so, stop it
-                    self._fail(f"the benchmark's watch of {plural} was cut: {error}")
+                    self.fail(f"the benchmark's watch of {plural} was cut: {error}")
                 return  # (at the end: the control plane was stopped under it)
 
-    def _fail(self, why: str) -> None:
+    def fail(self, why: str) -> None:
+        """Stop the clock with an error: ``wait`` raises it."""
         with self._lock:
             self._failed = why
             self._lock.notify_all()
@@ -271,7 +278,7 @@ def run(args: argparse.Namespace, kubeconfig: Path) -> None:
     with installed_crd(kube), namespace(kube, f"bench-{uuid.uuid4().hex[:6]}") as ns:
         for index in range(args.rounds):
             last = index == args.rounds - 1
-            rounds.append(one_round(args, kubeconfig, custom, node, ns, last=last))
+            rounds.append(one_round(args, kubeconfig, custom, node, ns, index=index, last=last))
             print(round_line(index, args.profiles, rounds[-1]), flush=True)
     report(args, rounds)
 
@@ -283,10 +290,13 @@ def one_round(
     node: client.NodeV1Api,
     ns: str,
     *,
+    index: int,
     last: bool,
 ) -> dict[str, Any]:
-    """The floor, the operator side, the floor again (the floor is the mean of the two that
-    bracket the operator side), with N profiles of their own, deleted after."""
+    """The floor, the operator side (and with ``--writes-alone`` the writes alone: first in
+    every other round, so neither side always follows the other), the floor again (the floor
+    is the mean of the two that bracket the sides). Each side with N profiles of its own,
+    deleted, with what the garbage collector deletes after them, before the next step."""
     prefix = f"bench-{uuid.uuid4().hex[:6]}"
     bodies = specs(prefix, args.profiles)
     alone = specs(f"{prefix}w", args.profiles) if args.writes_alone else []
@@ -294,16 +304,26 @@ def one_round(
     # Rendered before their clocks start; each floor its own names (an apply onto an
     # existing object is cheaper).
     before, after = (floor_bodies(bodies, name) for name in FLOOR_PREFIXES)
+    figures: dict[str, Any] = {}
+
+    def operator() -> None:
+        with running_operator(ns, "--log-level", "WARNING") as running:
+            quiet = args.quiet_seconds if last else 0.0
+            figures.update(
+                operator_side(args, kubeconfig, custom, bodies, running, quiet_seconds=quiet)
+            )
+
+    def writes_alone() -> None:
+        figures["alone"] = writes_alone_side(args, kubeconfig, custom, alone)
+
+    sides = [operator, writes_alone] if alone else [operator]
+    if index % 2:
+        sides.reverse()
     try:
         floors = [timed_floor(node, kubeconfig, before)]
-        with running_operator(ns, "--log-level", "WARNING") as operator:
-            quiet = args.quiet_seconds if last else 0.0
-            figures = operator_side(args, kubeconfig, custom, bodies, operator, quiet_seconds=quiet)
-        if alone:
-            # The operator side's objects gone first: their garbage collection would run
-            # into this side's clock.
+        for side in sides:
+            side()
             clean_up(args, custom, node, prefix, names)
-            figures["alone"] = writes_alone_side(args, kubeconfig, custom, alone)
         floors.append(timed_floor(node, kubeconfig, after))
     finally:
         clean_up(args, custom, node, prefix, names)
@@ -417,19 +437,26 @@ def writes_alone_side(
     as each profile is created, its RuntimeClass create and then its status PUT go to
     another process (as the operator is one: this one's GIL stays the creating client's),
     which makes them from eight threads (the operator's writers) through the operator's own
-    client."""
+    client. A failed write or a dead process stops the clock with its error."""
     names = [body["metadata"]["name"] for body in bodies]
-    context = multiprocessing.get_context("fork")
+    # A fresh interpreter: none of this process's threads, locks or connections.
+    context = multiprocessing.get_context("spawn")
     created_queue: multiprocessing.Queue[tuple[str, str, str] | None] = context.Queue()
     failures: multiprocessing.Queue[str] = context.Queue()
+    ready = context.Event()
     writer = context.Process(
-        target=alone_writer, args=(rendered_writes(bodies), created_queue, failures)
+        target=alone_writer,
+        args=(str(kubeconfig), rendered_writes(bodies), created_queue, failures, ready),
+        daemon=True,
     )
-    writer.start()  # before the watches' threads: a fork copies no running thread
+    writer.start()
     try:
-        if failures.get(timeout=60) != "ready":
-            raise AssertionError("the writes-alone process did not start")
+        if not ready.wait(120):
+            raise AssertionError(f"the writes-alone process did not start ({writer.exitcode})")
         convergence = Convergence(custom.api_client, names)
+        threading.Thread(
+            target=report_writer_failures, args=(writer, failures, convergence), daemon=True
+        ).start()
         cpu = cpu_seconds(kubeconfig, writer.pid or 0)
         start = time.perf_counter()
         for body in bodies:
@@ -442,19 +469,43 @@ def writes_alone_side(
     finally:
         created_queue.put(None)
         writer.join(timeout=60)
-    if writer.exitcode != 0:
-        raise AssertionError(f"the writes-alone process failed: {failures.get(timeout=1)}")
+        if writer.is_alive():  # never left writing into the clean-up
+            writer.terminate()
+            writer.join()
     return {"seconds": end - start, "created_seconds": created - start, "cpu": spent}
 
 
+def report_writer_failures(
+    writer: multiprocessing.process.BaseProcess,
+    failures: multiprocessing.Queue[str],
+    convergence: Convergence,
+) -> None:
+    """Stops the clock as soon as the writes-alone process reports a failed write or dies
+    (not a timeout later); returns when it ends as it should."""
+    while True:
+        try:
+            why = failures.get(timeout=0.2)
+        except queue.Empty:
+            if writer.is_alive():
+                continue
+            if writer.exitcode != 0:
+                convergence.fail(f"the writes-alone process exited with {writer.exitcode}")
+            return
+        convergence.fail(f"a write of the writes-alone process failed: {why}")
+        return
+
+
 def alone_writer(
+    kubeconfig: str,
     rendered: dict[str, dict[str, dict[str, Any]]],
     created_queue: multiprocessing.Queue[tuple[str, str, str] | None],
     failures: multiprocessing.Queue[str],
+    ready: Any,
 ) -> None:
     """The writes-alone process: each created profile's two writes, until None comes."""
+    config.load_kube_config(kubeconfig)
     configuration = client.Configuration.get_default_copy()
-    configuration.connection_pool_maxsize = 16  # as the operator's (k8s.api.api_client)
+    configuration.connection_pool_maxsize = 16  # as the operator's (k8s.api.load_client_config)
     api = KubernetesApi(client.ApiClient(configuration))
 
     def write(name: str, uid: str, resource_version: str) -> None:
@@ -463,15 +514,14 @@ def alone_writer(
         status = Write("update-status", name, rendered[name]["update-status"], observed=observed)
         api.update_profile_status(name, status_update(status))
 
-    failures.put("ready")
-    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="writer") as pool:
-        futures = []
-        while (item := created_queue.get()) is not None:
-            futures.append(pool.submit(write, *item))
-    for future in futures:
+    def reported(future: Future[None]) -> None:
         if future.exception() is not None:
             failures.put(repr(future.exception()))
-            sys.exit(1)
+
+    ready.set()
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="writer") as pool:
+        while (item := created_queue.get()) is not None:
+            pool.submit(write, *item).add_done_callback(reported)
 
 
 def floor_bodies(bodies: list[dict[str, Any]], prefix: str = "floor") -> list[dict[str, Any]]:

@@ -19,8 +19,8 @@ _DROP = {"title", "default", "$defs", "propertyNames"}
 # (pkg/validation/validate/type.go, isFloatInt; kube-openapi 589584f, Kubernetes 1.35), and
 # then a CEL rule that reads the field fails on it (k8s.io/apiserver v0.35.4
 # pkg/cel/common/valuesunstructured.go: "invalid data, expected int"): so 2.0 would be stored
-# in one field and refused in the next. This rule on every integer field refuses it
-# everywhere, as the model does.
+# in one field and refused in the next. This rule on every integer field of the spec refuses
+# it everywhere a user writes, as the model does (the status's integers: ``openapi_schema``).
 WHOLE_NUMBER_RULE = {
     "rule": "type(self) == int",
     "message": "must be an integer, written without a decimal point",
@@ -134,9 +134,10 @@ def openapi_schema() -> dict[str, Any]:
     """The CRD's openAPIV3Schema for WindowsRuntimeProfile."""
     raw = v1alpha1.WindowsRuntimeProfile.model_json_schema(by_alias=True, mode="validation")
     schema = _structural(raw, raw.get("$defs", {}))
-    # The status is written by the operator alone (RBAC: update of windowsruntimeprofiles/
-    # status), from Python ints, and no rule reads it, so the whole-number rule guards nothing
-    # there. It would cost every status write: kube-apiserver evaluates all of a CRD's rules
+    # The status is the operator's to write (the chart's RBAC grants update of
+    # windowsruntimeprofiles/status to it and to no other role; a cluster admin can write
+    # anything anyway), from Python ints, and no rule reads it (tests/unit/test_crd.py), so
+    # the whole-number rule guards nothing there. It would cost every status write: kube-apiserver evaluates all of a CRD's rules
     # over the whole object on each write of the status subresource; ratcheting only drops
     # the errors of unchanged fields (k8s.io/apiextensions-apiserver v0.35.4
     # pkg/registry/customresource/status_strategy.go ValidateUpdate,

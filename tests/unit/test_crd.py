@@ -227,11 +227,12 @@ def test_cel_rules_accept_what_the_model_accepts_at_the_edges(document: dict[str
     assert cel_accepts(document)
 
 
-def test_every_integer_field_refuses_a_number_with_a_decimal_point() -> None:
+def test_every_integer_field_of_the_spec_refuses_a_number_with_a_decimal_point() -> None:
     """kube-openapi takes 2.0 for an integer; the rule on each integer field a user writes
     refuses it, as the model does (a field without the rule would store it, one with another
-    rule refuse it). The status's integers, which the operator alone writes, carry no rule:
-    the API server would evaluate them on every status write for nothing."""
+    rule refuse it). The status's integers, which the operator writes, carry no rule (the API
+    server would evaluate it on every status write for nothing) and no rule reads the status,
+    so a 2.0 there could not be refused by a rule either."""
     integers = {
         path: node for path, node in _nodes(openapi_schema()) if node.get("type") == "integer"
     }
@@ -243,6 +244,10 @@ def test_every_integer_field_refuses_a_number_with_a_decimal_point() -> None:
             assert WHOLE_NUMBER_RULE not in rules, path
         else:
             assert WHOLE_NUMBER_RULE in rules, path
+    for path, node in _nodes(openapi_schema()):
+        for rule in node.get("x-kubernetes-validations", []):
+            assert not path.startswith(".status"), (path, rule)
+            assert "status" not in rule["rule"], (path, rule)
     assert not cel_accepts(profile_document(vm={"processorCount": 2.0}))
     assert not pydantic_accepts(profile_document(vm={"processorCount": 2.0}))
 
