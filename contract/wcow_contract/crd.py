@@ -136,13 +136,13 @@ def openapi_schema() -> dict[str, Any]:
     schema = _structural(raw, raw.get("$defs", {}))
     # The status is the operator's to write (the chart's RBAC grants update of
     # windowsruntimeprofiles/status to it and to no other role; a cluster admin can write
-    # anything anyway), from Python ints, and no rule reads it (tests/unit/test_crd.py), so
-    # the whole-number rule guards nothing there. It would cost every status write: kube-apiserver evaluates all of a CRD's rules
-    # over the whole object on each write of the status subresource; ratcheting only drops
-    # the errors of unchanged fields (k8s.io/apiextensions-apiserver v0.35.4
-    # pkg/registry/customresource/status_strategy.go ValidateUpdate,
-    # pkg/apiserver/schema/cel/validation.go). Measured: about 9% of kube-apiserver's CPU
-    # per status write (README, "converge").
+    # anything anyway), from Python ints, and no rule reads it (tests/unit/test_crd.py), so the
+    # whole-number rule guards nothing there. It would cost every status write: kube-apiserver
+    # evaluates all of a CRD's rules over the whole object on each write of the status
+    # subresource; ratcheting only drops the errors of unchanged fields
+    # (k8s.io/apiextensions-apiserver v0.35.4 pkg/registry/customresource/status_strategy.go
+    # ValidateUpdate, pkg/apiserver/schema/cel/validation.go). Measured: 8-9% of
+    # kube-apiserver's CPU per status write (benchmarks/status_rules.py; README, "converge").
     schema["properties"]["status"] = _without_rule(
         schema["properties"]["status"], WHOLE_NUMBER_RULE
     )
