@@ -75,7 +75,7 @@ def run(count: int, kubeconfig: Path) -> None:
     custom, node = client.CustomObjectsApi(kube), client.NodeV1Api(kube)
     bodies = specs(f"cost-{uuid.uuid4().hex[:6]}", count)
     names = [b["metadata"]["name"] for b in bodies]
-    statuses = {name: w["update-status"] for name, w in rendered_writes(bodies).items()}
+    statuses = {n: w["update-status"]["status"] for n, w in rendered_writes(bodies).items()}
     classes = floor_bodies(bodies)
     with installed_crd(kube):
         time.sleep(2)  # the CRD's endpoints settle before the clock
