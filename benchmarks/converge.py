@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import multiprocessing.synchronize
 import os
 import queue
 import re
@@ -300,7 +301,6 @@ def one_round(
     prefix = f"bench-{uuid.uuid4().hex[:6]}"
     bodies = specs(prefix, args.profiles)
     alone = specs(f"{prefix}w", args.profiles) if args.writes_alone else []
-    names = [b["metadata"]["name"] for b in bodies + alone]
     # Rendered before their clocks start; each floor its own names (an apply onto an
     # existing object is cheaper).
     before, after = (floor_bodies(bodies, name) for name in FLOOR_PREFIXES)
@@ -323,10 +323,10 @@ def one_round(
         floors = [timed_floor(node, kubeconfig, before)]
         for side in sides:
             side()
-            clean_up(args, custom, node, prefix, names)
+            clean_up(args, custom, prefix)
         floors.append(timed_floor(node, kubeconfig, after))
     finally:
-        clean_up(args, custom, node, prefix, names)
+        clean_up(args, custom, prefix)
     figures["floors"] = [seconds for seconds, _ in floors]
     figures["floor_seconds"] = sum(figures["floors"]) / 2
     cpus = [cpu for _, cpu in floors if cpu is not None]
@@ -500,7 +500,7 @@ def alone_writer(
     rendered: dict[str, dict[str, dict[str, Any]]],
     created_queue: multiprocessing.Queue[tuple[str, str, str] | None],
     failures: multiprocessing.Queue[str],
-    ready: Any,
+    ready: multiprocessing.synchronize.Event,
 ) -> None:
     """The writes-alone process: each created profile's two writes, until None comes."""
     config.load_kube_config(kubeconfig)
@@ -548,34 +548,26 @@ def floor_side(node: client.NodeV1Api, rendered: list[dict[str, Any]]) -> float:
     return time.perf_counter() - floor_start
 
 
-def clean_up(
-    args: argparse.Namespace,
-    custom: client.CustomObjectsApi,
-    node: client.NodeV1Api,
-    prefix: str,
-    names: list[str],
-) -> None:
-    """Delete the profiles (the garbage collector takes their RuntimeClasses) and the
-    floor's RuntimeClasses; wait until the profiles and the RuntimeClasses are gone (the
-    garbage collector's 500 deletes would otherwise run into the next round)."""
-    for name in names:
-        for call in (
-            lambda n=name: custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, n),
-            *(lambda n=name, p=p: node.delete_runtime_class(f"{p}-{n}") for p in FLOOR_PREFIXES),
-        ):
+def clean_up(args: argparse.Namespace, custom: client.CustomObjectsApi, prefix: str) -> None:
+    """Delete the round's profiles and RuntimeClasses that exist (their names hold ``prefix``:
+    the profiles', the garbage collector's and the floors'); wait until they are gone (the
+    garbage collector's 500 deletes would otherwise run into the next step)."""
+    kinds = ((GROUP, VERSION, PLURAL), RUNTIME_CLASSES)
+
+    def ours(where: tuple[str, str, str]) -> list[str]:
+        items = custom.list_cluster_custom_object(*where)["items"]
+        return [i["metadata"]["name"] for i in items if prefix in i["metadata"]["name"]]
+
+    for where in kinds:
+        for name in ours(where):
             try:
-                call()
+                custom.delete_cluster_custom_object(*where, name)
             except ApiException as error:
-                if error.status != 404:
+                if error.status != 404:  # the garbage collector may have been first
                     raise
-    kinds = (("profiles", (GROUP, VERSION, PLURAL)), ("RuntimeClasses", RUNTIME_CLASSES))
-    for what, where in kinds:
-
-        def gone(where: tuple[str, str, str] = where) -> bool:
-            items = custom.list_cluster_custom_object(*where)["items"]
-            return not [item for item in items if prefix in item["metadata"]["name"]]
-
-        wait_for(f"the benchmark's {what} to be deleted", gone, timeout=args.timeout)
+    for where in kinds:
+        wait_for(f"the benchmark's {where[2]} to be deleted", lambda w=where: not ours(w),
+                 timeout=args.timeout)  # fmt: skip
 
 
 def ratio(figures: dict[str, Any]) -> float:

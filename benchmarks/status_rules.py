@@ -73,7 +73,7 @@ def main() -> None:
 def run(args: argparse.Namespace, kubeconfig: Path) -> None:
     config.load_kube_config(str(kubeconfig))
     kube = client.ApiClient()
-    custom, extensions = client.CustomObjectsApi(kube), client.ApiextensionsV1Api(kube)
+    custom = client.CustomObjectsApi(kube)
     generated = yaml.safe_load(CRD_FILE.read_text(encoding="utf-8"))
     variants = {"as generated": generated, "with the status rule": with_status_rule(generated)}
     api = KubernetesApi(kube)
@@ -87,9 +87,11 @@ def run(args: argparse.Namespace, kubeconfig: Path) -> None:
                 # ABBA: neither CRD always runs first
                 order = list(variants) if repeat % 2 == 0 else list(reversed(variants))
                 for label in order:
-                    replace_crd(extensions, variants[label])
-                    enforced(custom, probe, refused=label == "with the status rule")
-                    milliseconds = status_writes(kubeconfig, custom, api, args.profiles)
+                    # Replaced in place (the outer one installed it), and left so on exit.
+                    with installed_crd(kube, variants[label]):
+                        enforced(custom, probe, refused=label == "with the status rule")
+                        time.sleep(3)  # the CRD handler's rebuild of its storage settles
+                        milliseconds = status_writes(kubeconfig, custom, api, args.profiles)
                     found[label].append(milliseconds)
                     print(f"repeat {repeat + 1}, {label}: {milliseconds:.2f} ms", flush=True)
         finally:
@@ -128,17 +130,6 @@ def enforced(custom: client.CustomObjectsApi, probe: str, *, refused: bool) -> N
         return not refused
 
     wait_for(f"the CRD {'with' if refused else 'without'} the status rule in force", as_expected)
-
-
-def replace_crd(extensions: client.ApiextensionsV1Api, crd: dict[str, Any]) -> None:
-    """Replace in place; then a short settle (the CRD handler rebuilds its storage on a
-    change, and the rebuild's own work should not land on the measurement)."""
-    body = copy.deepcopy(crd)
-    name = body["metadata"]["name"]
-    current = extensions.read_custom_resource_definition(name)
-    body["metadata"]["resourceVersion"] = current.metadata.resource_version
-    extensions.replace_custom_resource_definition(name, body)
-    time.sleep(3)
 
 
 def status_writes(
