@@ -44,9 +44,14 @@ AGENT_STATUS_SCHEMA_VERSION: Final = 1
 HandlerState = Literal["Ready", "Failed", "Pending", "NotEligible", "Conflict"]
 
 GUEST_BUILD_UNSUPPORTED: Final = "GuestBuildUnsupported"
-"""The reason of a Failed Hyper-V handler whose guest build this node's pause image cannot
-boot: applied, but its pods would not run here. The node is not ready for it and not counted
-as eligible (a node pool of another guest build), and the change counts as done there."""
+"""The reason of a Failed handler whose pods this node's pause image cannot start: a Hyper-V
+class of a guest build the pause image does not boot, or a process class where the pause
+image is of a build process isolation cannot run on this host. Applied, but its pods would
+not run here. The node is not ready for it and not counted as eligible (a node pool of
+another guest build), and the change counts as done there."""
+CANNOT_RUN_HERE: Final = frozenset({GUEST_BUILD_UNSUPPORTED})
+"""Reasons of a Failed handler that say what the node is, not what a change did to it: the
+class cannot run there by design. Such a verdict never fails a change (``failed_change``)."""
 REASON_PATTERN: Final = r"^[A-Z][A-Za-z0-9]*$"
 REASON_MAX: Final = 64
 MESSAGE_MAX: Final = 1024
@@ -115,6 +120,14 @@ class AgentStatus(_Model):
     (the image could not be read, or an agent before issue 19)."""
     updated_at: ShortText | None = None
     handlers: Annotated[dict[HandlerName, HandlerStatus], Field(max_length=MAX_HANDLERS)] = {}
+
+
+def failed_change(state: str, reason: str) -> bool:
+    """Whether a handler's state says a change failed on the node (a canary that failed
+    where the class belongs, containerd rolled back, a conflicting table), as the paced
+    rollout counts failures. A node that cannot run the class by what it is (``NotEligible``,
+    or Failed for a reason in ``CANNOT_RUN_HERE``) has not failed a change: it is done."""
+    return state in ("Failed", "Conflict") and reason not in CANNOT_RUN_HERE
 
 
 def dump_agent_status(status: AgentStatus) -> str:

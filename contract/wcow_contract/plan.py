@@ -15,7 +15,8 @@ Shape (schemaVersion 1)::
           "vm": {"processorCount": 2, "memoryMB": 2048, "fullyPhysicallyBacked": false},
           "canary": {"enabled": true, "timeoutSeconds": 180, "image": null},
           "runtime": { ...the runtimes.<handler> table as data... },
-          "spec": { ...the profile's spec as the node needs it (``NODE_SPEC_FIELDS``)... }
+          "nodeSelector": {"pool": "b"},   # only when the profile sets one
+          "spec": { ...the profile's spec as the node needs it (``node_spec``)... }
         }
       },
       "hash": "sha256:<hex>"    # over the canonical JSON of everything above
@@ -59,8 +60,10 @@ PLAN_KEY = "plan.json"
 PLAN_HASH_ANNOTATION = "runtime.wcow.dev/plan-hash"
 
 
-# The parts of a profile's spec that decide what a node does. The rest (overhead, scheduling,
-# rollout) is the operator's business and stays out, so changing it does not change the plan.
+# The parts of a profile's spec that decide what a node does. The rest (overhead, rollout,
+# scheduling but its nodeSelector) is the operator's business and stays out, so changing it
+# does not change the plan. ``spec.scheduling.nodeSelector`` decides where the handler is
+# applied at all (``node_spec``).
 NODE_SPEC_FIELDS = frozenset(
     {
         "isolation",
@@ -77,10 +80,15 @@ NODE_SPEC_FIELDS = frozenset(
 
 def node_spec(profile: Profile) -> dict[str, Any]:
     """The spec fields a node needs, as the profile document would carry them (defaults
-    left out, so the entry stays small)."""
-    return profile.spec.model_dump(
+    left out, so the entry stays small), and the profile's own nodeSelector when it has one
+    (a node its labels leave out does not apply the handler)."""
+    spec = profile.spec.model_dump(
         by_alias=True, mode="json", exclude_defaults=True, include=set(NODE_SPEC_FIELDS)
     )
+    selector = profile.spec.scheduling.node_selector
+    if selector:
+        spec["scheduling"] = {"nodeSelector": dict(sorted(selector.items()))}
+    return spec
 
 
 def entry_document(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -165,10 +173,18 @@ class PlanEntry(_Wire):
     spec: dict[str, Any] | None = None
     """The profile spec the entry was rendered from (``node_spec``). None only in an entry an
     operator wrote before entries carried it: the key is then absent, and agents refuse it."""
+    node_selector: dict[str, str] | None = None
+    """The profile's ``spec.scheduling.nodeSelector``: only a node whose labels match every
+    pair applies the handler (the key is absent when the profile sets none, so such entries
+    keep their bytes)."""
 
     @staticmethod
     def _omitted_when_none(name: str) -> bool:
-        return name == "spec"
+        return name in ("spec", "node_selector")
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        """Whether a node with these labels is one the profile's nodeSelector lets in."""
+        return all(labels.get(key) == value for key, value in (self.node_selector or {}).items())
 
 
 class Plan(_Wire):
@@ -200,6 +216,7 @@ def plan_entry(profile: Profile) -> PlanEntry:
             fully_physically_backed=vm.fully_physically_backed,
         )
     canary = spec.canary
+    selector = spec.scheduling.node_selector
     return PlanEntry(
         profile=profile.name,
         generation=profile.metadata.generation,
@@ -212,6 +229,7 @@ def plan_entry(profile: Profile) -> PlanEntry:
         ),
         runtime=options,
         spec=node_spec(profile),
+        node_selector=dict(sorted(selector.items())) if selector else None,
     )
 
 

@@ -605,7 +605,9 @@ class SchedulingSpec(_Model):
         | None
     ) = None
     """Extra node labels the pods need, merged with the generated ones
-    (kubernetes.io/os=windows, kubernetes.io/arch, and the handler's ready label)."""
+    (kubernetes.io/os=windows, kubernetes.io/arch, and the handler's ready label). Node
+    agents apply the handler only on nodes whose labels match every pair; the others never
+    write, restart or report for it."""
     tolerations: Annotated[list[Toleration], Field(max_length=MAX_LIST)] | None = None
     """Tolerations added to the pods, e.g. for an os=windows:NoSchedule taint."""
     require_ready_label: bool = True

@@ -42,7 +42,7 @@ from wcow_contract.labels import (
     ready_label,
 )
 from wcow_contract.plan import PlanEntry
-from wcow_contract.windows_builds import parse_windows_build
+from wcow_contract.windows_builds import parse_windows_build, process_can_run
 
 
 @dataclass(frozen=True)
@@ -95,9 +95,52 @@ class CycleReport:
     """The pause image of the file containerd runs (None: not known this cycle)."""
     guest_builds: list[str] | None = None
     """The guest builds its Hyper-V pods can boot (None: not known this cycle)."""
+    pause_build: str | None = None
+    """The pause image's own build (None: not known this cycle)."""
 
     def event(self, reason: str, message: str, warning: bool = False) -> None:
         self.events.append((reason, message, warning))
+
+
+@dataclass(frozen=True)
+class NodeLabels:
+    """This node's labels as the runner read them from its Node, and the guest builds the
+    agent's last report named (the guest-build labels it set, and may take away)."""
+
+    labels: Mapping[str, str]
+    reported_guest_builds: list[str] | None = None
+
+    @classmethod
+    def of(cls, labels: Mapping[str, str], last: AgentStatus | None) -> NodeLabels:
+        return cls(dict(labels), last.guest_builds if last is not None else None)
+
+    def after_report(self, facts: HostFacts, guest_builds: list[str] | None) -> dict[str, str]:
+        """The labels the Node carries once this cycle's capability and guest-build labels
+        are written: what a profile's nodeSelector is judged against, so a class selecting
+        ``node.runtime.wcow.dev/guest-build-17763`` reaches a new node of that pool in its
+        first cycle."""
+        patch = {
+            **guest_label_changes(self.labels, guest_builds, self.reported_guest_builds),
+            **capability_label_changes(self.labels, facts),
+        }
+        labels = dict(self.labels)
+        for key, value in patch.items():
+            if value is None:
+                labels.pop(key, None)
+            else:
+                labels[key] = value
+        return labels
+
+
+def selected_handlers(
+    handlers: Mapping[str, PlanEntry], labels: Mapping[str, str] | None
+) -> dict[str, PlanEntry]:
+    """The plan's handlers whose profile's nodeSelector lets this node in: the others are
+    not applied here at all (no table, no restart, no report). ``labels`` None: not known
+    (the offline merge), every handler is judged as if selected."""
+    if labels is None:
+        return dict(handlers)
+    return {h: entry for h, entry in handlers.items() if entry.selects(labels)}
 
 
 def builtin_runtimes_for(containerd_version: str | None) -> Mapping[str, Mapping[str, Any]]:
@@ -196,13 +239,23 @@ def guest_builds_of(pause_build: str | None, facts: HostFacts) -> list[str]:
 
 
 def guest_build_refusal(
-    entry: PlanEntry, pause_image: str | None, guest_builds: list[str] | None
+    entry: PlanEntry,
+    pause_image: str | None,
+    guest_builds: list[str] | None,
+    *,
+    pause_build: str | None = None,
+    host_build: str | None = None,
 ) -> tuple[str, str] | None:
-    """(reason, message) when a Hyper-V handler's guest build is not one this node's pause
-    image boots: the handler is applied and sandboxes may start, but its pods' images of
-    the guest build would not run in the utility VM (docs/images.md, section 3)."""
+    """(reason, message) when this node's pause image cannot start the class's pods: a
+    Hyper-V handler whose guest build is not one the pause image boots (hcsshim boots the
+    utility VM from its base layer: docs/images.md, section 3), or a process handler where
+    the pause image (``pause_build``) is of a build process isolation cannot run on this
+    host (``host_build``): the sandbox is the pause container. The handler is applied, but
+    the node is of a pool for other classes. None when it can, or when it is not known."""
+    if entry.isolation == "Process":
+        return _process_pause_refusal(pause_image, pause_build, host_build)
     guest = entry.windows_build
-    if entry.isolation != "HyperV" or guest is None or guest_builds is None:
+    if guest is None or guest_builds is None:
         return None
     if guest in guest_builds:
         return None
@@ -215,6 +268,23 @@ def guest_build_refusal(
         f"image's base layer). Run this class on nodes labelled "
         f"{GUEST_BUILD_LABEL_PREFIX}{number}=true, or give this node pool a pause image of "
         f"{guest} (wcow-agent --pause-image, chart agent.pauseImage)",
+    )
+
+
+def _process_pause_refusal(
+    pause_image: str | None, pause_build: str | None, host_build: str | None
+) -> tuple[str, str] | None:
+    if pause_build is None or host_build is None:
+        return None
+    pause, host = parse_windows_build(pause_build), parse_windows_build(host_build)
+    if process_can_run(host, pause):
+        return None
+    return (
+        GUEST_BUILD_UNSUPPORTED,
+        f"applied, but process-isolated pods cannot start here: this node's pause image "
+        f"{pause_image} is of build {pause.label_value}, which process isolation cannot run "
+        f"on a {host.label_value} host (the pod sandbox is the pause container). Run this "
+        "class on a node pool whose pause image is of the host's build",
     )
 
 

@@ -24,10 +24,12 @@ from wcow_agent.agent import (
     CycleReport,
     HandlerOutcome,
     HostFacts,
+    NodeLabels,
     drifted,
     guest_builds_of,
     merge_on_host,
     restart_reason,
+    selected_handlers,
 )
 from wcow_agent.attempt import NO_FILE, Change, Failures, Restarter, Timeouts, Transaction
 from wcow_agent.canary import Canary
@@ -58,6 +60,8 @@ class Cycle:
     created: bool
     """There is no config.toml: writing one creates it."""
     disk_hash: str | None
+    node: NodeLabels | None = None
+    """The Node's labels (None: not known, nodeSelectors are not judged)."""
 
     def changes_file(self, result: MergeResult) -> bool:
         """Whether the merge changes config.toml (a file the agent would only seed from
@@ -118,15 +122,22 @@ class NodeAgent:
         return Uninstaller(self.host, self.paths, self.canary, self.restart).run()
 
     def reconcile(
-        self, plan: Plan | None, force_canary: bool = False, pace: Pace | None = None
+        self,
+        plan: Plan | None,
+        force_canary: bool = False,
+        pace: Pace | None = None,
+        node: NodeLabels | None = None,
     ) -> CycleReport:
         """Bring config.toml and containerd in line with ``plan`` (None: no plan known,
         change nothing but finish an interrupted restart), then prove what changed.
-        ``pace``: the rollout's permission; None applies at once (an unpaced plan)."""
+        ``pace``: the rollout's permission; None applies at once (an unpaced plan).
+        ``node``: the Node's labels, which profiles' nodeSelectors are judged against
+        (None: not judged, every handler is a candidate)."""
         report = CycleReport(plan_hash=plan.hash if plan else None)
         try:
             cycle = self._begin(report, plan)
             if cycle is not None:
+                cycle.node = node
                 try:
                     if plan is not None:
                         self._steps(cycle, plan, force_canary, pace)
@@ -244,6 +255,7 @@ class NodeAgent:
             report.event("PauseImageUnknown", f"cannot read the node's pause image: {error}")
             return
         report.pause_image = pause.image
+        report.pause_build = pause.build
         report.guest_builds = guest_builds_of(pause.build, facts)
         if pause.build is None:
             report.event(
@@ -312,7 +324,7 @@ class NodeAgent:
         """Which handlers this host runs, and the merged file (None: the file is refused)."""
         report, facts, state = cycle.report, cycle.facts, cycle.journal.state
         eligible, refused = classify_handlers(
-            plan.handlers,
+            selected_handlers(plan.handlers, _labels(self.pause, cycle, plan)),
             EligibilityHost(_build(facts.build), facts.hyperv_available, facts.containerd_version),
         )
         report.handlers = {
@@ -351,6 +363,20 @@ class NodeAgent:
             )
         report.removed = [h for h in result.removed if h not in desired]
         return eligible, result
+
+
+def _labels(pause_images: PauseImages, cycle: Cycle, plan: Plan) -> dict[str, str] | None:
+    """The labels the Node will carry after this cycle, for the plan's nodeSelectors
+    (None: not known, or no entry selects: nothing to judge). The guest-build labels come
+    from the pause image containerd runs now (unknown: the Node's as they are)."""
+    if cycle.node is None or not any(e.node_selector for e in plan.handlers.values()):
+        return None
+    try:
+        pause: PauseImage | None = pause_images.current()
+    except (HostError, OSError, ValueError):
+        pause = None
+    builds = guest_builds_of(pause.build, cycle.facts) if pause is not None else None
+    return cycle.node.after_report(cycle.facts, builds)
 
 
 def _refused(

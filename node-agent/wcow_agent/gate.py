@@ -17,7 +17,7 @@ from wcow_agent.agent import CycleReport, HandlerOutcome, HostFacts
 from wcow_agent.merge import MergeResult
 from wcow_agent.pacing import SEEDED, Gate, Permission, decide, holds_agent_tables
 from wcow_agent.state import StateJournal, text_hash
-from wcow_contract.agent_status import GUEST_BUILD_UNSUPPORTED
+from wcow_contract.agent_status import CANNOT_RUN_HERE
 from wcow_contract.plan import Plan, PlanEntry
 
 
@@ -132,7 +132,7 @@ def settle(report: CycleReport, journal: StateJournal, plan_hash: str) -> None:
         if h in outcomes
         and outcomes[h].state not in ("Ready", "NotEligible")
         # Applied where its pods cannot run (another guest build's pool): done here.
-        and outcomes[h].reason != GUEST_BUILD_UNSUPPORTED
+        and outcomes[h].reason not in CANNOT_RUN_HERE
     )
     applied = plan_hash if not unproven else state.applied_plan
     if (unproven, applied) != (state.unproven, state.applied_plan):

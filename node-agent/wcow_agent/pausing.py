@@ -78,7 +78,14 @@ def ready_before(
             for h, entry in eligible.items()
             if state.owned.get(h) is not None
             and state.canaried.get(h) == state.owned.get(h)
-            and guest_build_refusal(entry, pause.image if pause else None, guests) is None
+            and guest_build_refusal(
+                entry,
+                pause.image if pause else None,
+                guests,
+                pause_build=pause.build if pause else None,
+                host_build=facts.build,
+            )
+            is None
         )
     )
 

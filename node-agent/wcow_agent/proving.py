@@ -121,9 +121,16 @@ class Prover:
     def _guest_unsupported(
         report: CycleReport, entry: PlanEntry, table: str | None
     ) -> HandlerOutcome | None:
-        """A Hyper-V handler whose guest build this node's pause image cannot boot is not
-        ready here, canary or not: its pods' images would not run (no canary is spent)."""
-        refusal = guest_build_refusal(entry, report.pause_image, report.guest_builds)
+        """A handler whose pods this node's pause image cannot start (a Hyper-V guest build
+        it does not boot, a process class on a pause image of another build) is not ready
+        here, canary or not (no canary is spent)."""
+        refusal = guest_build_refusal(
+            entry,
+            report.pause_image,
+            report.guest_builds,
+            pause_build=report.pause_build,
+            host_build=report.facts.build if report.facts is not None else None,
+        )
         if refusal is None or table is None:
             return None
         return HandlerOutcome("Failed", *refusal, generation=entry.generation)

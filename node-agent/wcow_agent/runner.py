@@ -22,6 +22,7 @@ from wcow_agent import pausing
 from wcow_agent.agent import (
     CycleReport,
     HandlerOutcome,
+    NodeLabels,
     build_status,
     capability_label_changes,
     guest_label_changes,
@@ -57,6 +58,24 @@ from wcow_contract.support.health import StepHealth
 log = logging.getLogger("wcow_agent")
 
 WAIT_SLICE_SECONDS = 1.0
+
+
+def selects_nodes(plan: Plan) -> bool:
+    return any(entry.node_selector for entry in plan.handlers.values())
+
+
+def unjudged(plan: Plan, node_name: str) -> CycleReport:
+    """A cycle that cannot read the Node, with a plan whose profiles select nodes by label:
+    config.toml, labels and status stay as they are; tried again soon."""
+    report = CycleReport(plan_hash=plan.hash, result="failed", requeue=True)
+    report.event(
+        "NodeUnreadable",
+        f"cannot read Node {node_name}: the plan's nodeSelectors cannot be judged; "
+        "config.toml is left as it is until the Node can be read",
+        warning=True,
+    )
+    log.warning("%s", report.events[0][1])
+    return report
 
 
 def utc_now() -> str:
@@ -129,13 +148,21 @@ class AgentLoop:
         if force:
             log.info("canary requested on demand (%s=%s)", CANARY_REQUEST_ANNOTATION, request)
 
+        if node is None and plan is not None and selects_nodes(plan):
+            # Which classes this node may apply depends on its labels: judged blind, a
+            # class would be added or taken away for nothing. Nothing changes until then.
+            report = unjudged(plan, self.options.node_name)
+            self.metrics.record(report)
+            self.health.idle(ready=False, error=report.events[0][1])
+            return report
         self.health.busy(self._cycle_bound(plan))
         pace = Pace(
             self.view.permission(),
             self.options.node_name,
             lambda notice: self._announce(node, previous, notice),
         )
-        report = self.agent.reconcile(plan, force_canary=force, pace=pace)
+        labels = NodeLabels.of(node.labels, previous) if node is not None else None
+        report = self.agent.reconcile(plan, force_canary=force, pace=pace, node=labels)
         if force and not self.stop.is_set():
             journal, _ = StateJournal.load(self.agent.paths.state)
             journal.canary_request_served(request)

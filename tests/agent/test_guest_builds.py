@@ -20,6 +20,7 @@ from wcow_agent.agent import (
     guest_label_changes,
 )
 from wcow_agent.attempt import Timeouts
+from wcow_agent.canary import CanarySpec
 from wcow_agent.cycle import NodeAgent
 from wcow_agent.host.crictl import parse_image_os_version
 from wcow_agent.host.interfaces import CriError
@@ -172,10 +173,16 @@ def test_guest_build_mismatch_on_the_simulated_host(tmp_path: Path) -> None:
     found = states(report)
     assert found["old"] == ("Ready", "CanaryPassed")
     assert found["hv"] == ("Failed", "GuestBuildUnsupported")
-    # A 17763 pause container cannot run process-isolated on a 20348 host.
-    assert found["proc"] == ("Failed", "SandboxFailed")
-    assert "does not match the host" in (report.handlers or {})["proc"].message
+    # A 17763 pause container cannot run process-isolated on a 20348 host: the agent says
+    # so from the pause image's build, without spending a canary (a pool for other classes).
+    assert found["proc"] == ("Failed", "GuestBuildUnsupported")
+    assert "process isolation cannot run" in (report.handlers or {})["proc"].message
+    assert "proc" not in {c.handler for c in report.canaries}
     assert f"{NANO_2019} pulled through CRI and ran" in (report.handlers or {})["old"].message
+    # ... and the simulated host fails such a sandbox as a real node would.
+    sandbox = agent.canary.run(CanarySpec.from_plan("proc", plan.handlers["proc"], None), None)
+    assert (sandbox.passed, sandbox.reason) == (False, "SandboxFailed")
+    assert "does not match the host" in sandbox.message
 
 
 def test_a_guest_image_of_another_build_fails_the_canary(tmp_path: Path) -> None:

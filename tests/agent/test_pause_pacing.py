@@ -141,8 +141,9 @@ def test_containerd_that_will_not_run_the_new_image_is_rolled_back_and_holds_rea
 
 
 def test_a_handler_that_fails_after_the_change_rolls_it_back(tmp_path: Path) -> None:
-    """A 17763 pause image on a 20348 host: the process handler's sandbox no longer starts
-    ("does not match the host"), the 20348 Hyper-V handler is not ready for its guest build."""
+    """A 17763 pause image on a 20348 host: the process handler's sandbox could no longer
+    start (process isolation cannot run that build), the 20348 Hyper-V handler is not ready
+    for its guest build."""
     sim = Sim(tmp_path)
     plan = both()
     sim.agent().reconcile(plan)
@@ -152,11 +153,12 @@ def test_a_handler_that_fails_after_the_change_rolls_it_back(tmp_path: Path) -> 
     assert changed.result == "applied"
     assert states(changed) == {
         "hv": ("Failed", "GuestBuildUnsupported"),
-        "proc": ("Failed", "SandboxFailed"),
+        "proc": ("Failed", "GuestBuildUnsupported"),
     }
     assert changed.requeue
     hold = sim.hold() or ""
-    assert "proc was Ready before and is Failed now (SandboxFailed" in hold
+    assert "proc was Ready before and is Failed now (GuestBuildUnsupported" in hold
+    assert "process isolation cannot run" in hold
     assert "hv was Ready before and is Failed now (GuestBuildUnsupported" in hold
 
     # The next cycle (the same agent pod) writes the previous value back through the

@@ -380,11 +380,11 @@ def test_an_unexpected_error_in_a_cycle_does_not_stop_the_agent(
     real = loop.agent.reconcile
     calls: list[int] = []
 
-    def flaky(plan: Any, force_canary: bool = False, pace: Any = None) -> Any:
+    def flaky(plan: Any, force_canary: bool = False, pace: Any = None, node: Any = None) -> Any:
         calls.append(1)
         if len(calls) == 1:
             raise RuntimeError("a bug")
-        return real(plan, force_canary, pace)
+        return real(plan, force_canary, pace, node)
 
     loop.agent.reconcile = flaky  # type: ignore[method-assign]
     thread = threading.Thread(target=loop.run)
@@ -454,3 +454,36 @@ def test_a_host_without_hyperv_says_false(tmp_path: Path, cluster: FakeCluster) 
     cluster.set_plan(make_plan(process()))
     make_loop(node, cluster).cycle()
     assert cluster.labels["node.runtime.wcow.dev/hyperv"] == "false"
+
+
+def test_a_node_it_cannot_read_leaves_classes_that_select_nodes_as_they_are(
+    node: FakeNode, cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Which classes a node applies depends on its labels: while the Node cannot be read,
+    a plan whose profiles select nodes changes nothing on the host (no write, no restart),
+    and the loop tries again soon."""
+    pooled = hyperv("pooled")
+    pooled["spec"]["scheduling"] = {"nodeSelector": {"pool.example.com/name": "b"}}
+    cluster.node["labels"]["pool.example.com/name"] = "b"
+    cluster.set_plan(make_plan(hyperv(), pooled))
+    loop = make_loop(node, cluster)
+    loop.cycle()
+    assert cluster.labels["runtime.wcow.dev/pooled"] == "ready"
+    before = node.config.read_text(encoding="utf-8")
+
+    def unreadable(name: str) -> Any:
+        raise ClusterError("the API server is restarting")
+
+    monkeypatch.setattr(cluster, "get_node", unreadable)
+    cluster.node["labels"]["pool.example.com/name"] = "a"
+    loop.on_plan(cluster.set_plan(make_plan(hyperv(), pooled, process())))
+    report = loop.cycle()
+    assert (report.result, report.requeue, report.handlers) == ("failed", True, None)
+    assert node.config.read_text(encoding="utf-8") == before
+    assert "NodeUnreadable" in [reason for reason, _, _ in report.events]
+
+    monkeypatch.undo()
+    report = loop.cycle()  # readable again: the label now says pool a
+    assert "pooled" not in (report.handlers or {})
+    assert "runtime.wcow.dev/pooled" not in cluster.labels
+    assert cluster.labels["runtime.wcow.dev/proc"] == "ready"

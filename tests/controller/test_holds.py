@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.controller.builders import profile_body
+from wcow_contract.agent_status import GUEST_BUILD_UNSUPPORTED
 from wcow_contract.plan import PLAN_KEY
 from wcow_contract.rollout import RESUME_ANNOTATION, ROLLOUT_KEY, Rollout, parse_rollout
 from wcow_operator.reconcile.core import Memo, ReconcileSettings, reconcile
@@ -33,6 +34,13 @@ class Node:
     attempted: str | None = None
     has: dict[str, int | None] = field(default_factory=dict)  # handler -> generation on disk
     states: dict[str, tuple[str, int | None]] = field(default_factory=dict)
+    # Handlers this node cannot run by what it is (its pause image boots another guest
+    # build): applied, and reported Failed / GuestBuildUnsupported, as an agent does.
+    unfit: set[str] = field(default_factory=set)
+
+    def reason(self, handler: str, state: str) -> str:
+        unfit = state == "Failed" and handler in self.unfit
+        return GUEST_BUILD_UNSUPPORTED if unfit else f"Canary{state}"
 
     def observed(self) -> ObservedNode:
         status = {
@@ -42,7 +50,7 @@ class Node:
             "appliedPlanHash": self.applied,
             "attemptedPlanHash": self.attempted,
             "handlers": {
-                h: {"state": s, "reason": f"Canary{s}", "message": f"{s} on {self.name}"}
+                h: {"state": s, "reason": self.reason(h, s), "message": f"{s} on {self.name}"}
                 | ({"profileGeneration": g} if g is not None else {})
                 for h, (s, g) in self.states.items()
             },
@@ -118,11 +126,11 @@ class Cluster:
                 continue
             node.attempted, node.has = plan["hash"], dict(wanted)
             node.states = {h: self._proven(node, h, g) for h, g in wanted.items()}
-            if all(s == "Ready" for s, _ in node.states.values()):
+            if all(s == "Ready" or h in node.unfit for h, (s, _) in node.states.items()):
                 node.applied = plan["hash"]
 
     def _proven(self, node: Node, handler: str, generation: int) -> tuple[str, int]:
-        failed = (node.name, handler, generation) in self.failing
+        failed = (node.name, handler, generation) in self.failing or handler in node.unfit
         return ("Failed" if failed else "Ready"), generation
 
     def run(self, passes: int = 40) -> None:
@@ -380,3 +388,95 @@ def test_nodes_still_changing_keep_their_place_in_the_rollout_that_goes_back() -
     assert rollout.plan_hash != bad
     # n3 kept its place; of the nodes that go back, only one beside it (n1 waits).
     assert sorted(rollout.permitted) == ["n0", "n3"]
+
+
+def two_pools() -> Cluster:
+    """Profiles a and b, each of its own node pool: n0 and n1 cannot run b by what they
+    are, n2 and n3 cannot run a (each reports the other pool's class GuestBuildUnsupported)."""
+    vm = {"processorCount": 2, "memoryMB": 2048}
+    cluster = Cluster(
+        profiles={n: profile_body(n, vm=vm) for n in "ab"},
+        nodes={f"n{i}": Node(f"n{i}", unfit={"b" if i < 2 else "a"}) for i in range(4)},
+    )
+    cluster.run()
+    return cluster
+
+
+def test_a_pool_that_cannot_run_a_class_counts_as_done_for_its_changes() -> None:
+    """A node that cannot run a class by design has not failed its change: the change
+    reaches every node, one at a time, and nothing is held back or halted."""
+    cluster = two_pools()
+    assert cluster.everywhere("a") == cluster.everywhere("b") == {1}
+    for name in "ab":
+        cluster.change(name, vm={"processorCount": 2, "memoryMB": 3072})
+        cluster.run()
+        assert cluster.everywhere(name) == {2}, name
+        assert cluster.rollout.held == {}, cluster.rollout
+        assert cluster.rollout.halted is None, cluster.rollout
+        assert all(n.applied == cluster.plan["hash"] for n in cluster.nodes.values())
+        for profile in "ab":
+            rolled = cluster.condition(profile, "RolledOut")
+            assert rolled["reason"] != "RolloutHalted", (profile, rolled)
+            assert cluster.condition(profile, "Stalled")["status"] == "False", profile
+    rolled = cluster.condition("b", "RolledOut")
+    assert (rolled["status"], rolled["reason"]) == ("True", "RolloutComplete")
+    assert "4/4" in rolled["message"]
+    # Each profile counts its own pool, and lists the other as unable to run it.
+    nodes = cluster.profiles["a"]["status"]["nodes"]
+    assert (nodes["eligible"], nodes["ready"], nodes["failed"]) == (2, 2, 0)
+    reasons = {f["reason"] for f in cluster.profiles["a"]["status"]["failures"]}
+    assert reasons == {GUEST_BUILD_UNSUPPORTED}
+
+
+def test_a_bad_change_in_one_pool_holds_back_only_its_profile() -> None:
+    """A change that fails where its class belongs is still a failure: held back, charged
+    to that handler alone; the other pool's verdicts hold nobody back."""
+    cluster = two_pools()
+    cluster.failing.add(("n0", "a", 2))
+    cluster.change("a", vm={"processorCount": 2, "memoryMB": 4096})
+    cluster.run()
+    assert set(cluster.rollout.held) == {"a"}
+    assert [f.node for f in cluster.rollout.held["a"].nodes] == ["n0"]
+    cluster.change("b", vm={"processorCount": 2, "memoryMB": 3072})
+    cluster.run()
+    assert cluster.everywhere("b") == {2}
+    assert cluster.condition("b", "RolledOut")["reason"] == "RolloutComplete"
+    cluster.failing.clear()
+    cluster.change("a", vm={"processorCount": 2, "memoryMB": 3072})  # the fix
+    cluster.run()
+    assert cluster.rollout.held == {}
+    assert cluster.everywhere("a") == {3}
+    assert cluster.condition("a", "RolledOut")["reason"] == "RolloutComplete"
+
+
+def test_a_class_no_node_can_run_is_stalled_and_holds_back_nobody() -> None:
+    cluster = two_pools()
+    for node in cluster.nodes.values():
+        node.unfit.add("c")
+    cluster.profiles["c"] = profile_body("c", vm={"processorCount": 2, "memoryMB": 2048})
+    cluster.run()
+    assert cluster.rollout.held == {}
+    assert cluster.everywhere("c") == {1}
+    stalled = cluster.condition("c", "Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "NoEligibleNodes")
+    assert GUEST_BUILD_UNSUPPORTED in stalled["message"]
+    cluster.change("a", vm={"processorCount": 2, "memoryMB": 3072})
+    cluster.run()
+    assert cluster.everywhere("a") == {2}
+    assert cluster.condition("a", "Stalled")["status"] == "False"
+
+
+def test_a_failure_is_charged_to_the_handler_that_failed_not_to_the_other_pools() -> None:
+    """Both profiles change at once and b really fails on n2, a node of its pool, which
+    also reports a GuestBuildUnsupported (not its pool's class): only b is held back."""
+    cluster = two_pools()
+    cluster.failing.add(("n2", "b", 2))
+    cluster.change("a", vm={"processorCount": 2, "memoryMB": 3072})
+    cluster.change("b", vm={"processorCount": 2, "memoryMB": 3072})
+    cluster.run()
+    assert set(cluster.rollout.held) == {"b"}, cluster.rollout
+    assert cluster.everywhere("a") == {2}
+    assert cluster.everywhere("b") == {1}
+    assert cluster.condition("a", "RolledOut")["reason"] == "RolloutComplete"
+    rolled = cluster.condition("b", "RolledOut")["message"]
+    assert "n2 (CanaryFailed)" in rolled, rolled

@@ -430,6 +430,27 @@ def test_nodes_whose_pause_image_boots_another_guest_build_are_named_not_counted
     assert "GuestBuildUnsupported" in condition(alone, "hv", "NodesReady")["message"]
 
 
+def test_a_class_its_selector_keeps_on_no_node_says_which_nodes_apply_it() -> None:
+    """Nodes the profile's own nodeSelector leaves out report nothing of the handler (they
+    do not apply it): with none left, the profile is NoEligibleNodes and says why."""
+    body = profile_body(
+        "hv", scheduling={"nodeSelector": {"node.runtime.wcow.dev/guest-build-17763": "true"}}
+    )
+    nodes = [windows_node("n1", {"other": ("Ready", "CanaryPassed")}, ready=("other",))]
+    outcome = run(observed(body, nodes=nodes))
+    nodes_ready = condition(outcome, "hv", "NodesReady")
+    assert nodes_ready["reason"] == "NoEligibleNodes"
+    assert (
+        "only nodes labelled node.runtime.wcow.dev/guest-build-17763=true"
+        in (nodes_ready["message"])
+    )
+    assert "spec.scheduling.nodeSelector" in nodes_ready["message"]
+    assert condition(outcome, "hv", "Stalled")["reason"] == "NoEligibleNodes"
+    assert outcome.plan["handlers"]["hv"]["nodeSelector"] == {
+        "node.runtime.wcow.dev/guest-build-17763": "true"
+    }
+
+
 def test_nodes_whose_containerd_drops_a_setting_are_named_in_the_failures() -> None:
     """A node whose containerd line cannot honour the handler (its agent says NotEligible,
     ContainerdTooOld) is not counted as eligible, but the profile says which nodes and why,

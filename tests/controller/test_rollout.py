@@ -353,3 +353,38 @@ def test_a_profile_can_lower_max_unavailable() -> None:
     outcome = reconcile(observed(slow, nodes=nodes), fast, NOW)
     (write,) = [w for w in outcome.writes if w.kind == "write-rollout"]
     assert len(parse_rollout(write.body["data"]["rollout.json"]).permitted) == 1  # type: ignore[union-attr]
+
+
+def by_design(applied: str | None, attempted: str) -> NodeReport:
+    """A node of another pool: it took the change, and cannot run ``hv`` by what it is."""
+    return NodeReport(
+        applied,
+        attempted,
+        {"hv": ("Failed", "GuestBuildUnsupported", "its pause image boots another build")},
+    )
+
+
+def test_a_node_that_cannot_run_the_class_by_design_has_not_failed_the_change() -> None:
+    """GuestBuildUnsupported says what the node is, not what the change did: while the node
+    is at it, it is applying; once it says it applied the plan, done; nothing halts."""
+    rollout, _ = step(None, fleet(4))
+    reports = fleet(4, n00=by_design(OLD["hash"], NEW["hash"]))
+    rollout, progress = step(rollout, reports)
+    assert rollout.halted is None
+    assert progress.failed == 0
+    assert progress.culprits == {}
+    reports["n00"] = by_design(NEW["hash"], NEW["hash"])
+    rollout, progress = step(rollout, reports)
+    assert rollout.halted is None
+    assert progress.done == 1
+
+
+def test_a_node_that_cannot_run_a_class_keeps_its_place_when_the_plan_changes() -> None:
+    """A node let in for the last plan, still at it, keeps its permission in the new one:
+    its GuestBuildUnsupported verdict is no failure that would end its attempt."""
+    rollout, _ = step(None, fleet(4))
+    rollout = rollout.model_copy(update={"permitted": {"n03": timestamp(NOW)}})
+    busy = {"n03": by_design(OLD["hash"], NEW["hash"])}
+    newer = plan_document({"hv": {"v": 3}, "proc": {"v": 1}})
+    rollout, _ = step(rollout, fleet(4, **busy), plan=newer, previous=NEW, limit=1)
+    assert list(rollout.permitted) == ["n03"]  # it holds the one place

@@ -12,7 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
-from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION, AgentStatus, parse_agent_status
+from wcow_contract.agent_status import (
+    AGENT_STATUS_ANNOTATION,
+    AgentStatus,
+    failed_change,
+    parse_agent_status,
+)
 from wcow_contract.labels import (
     CONTAINERD_LINE_LABEL,
     GUEST_BUILD_LABEL_PREFIX,
@@ -150,7 +155,7 @@ def _why(state: str, status: AgentStatus, changed: frozenset[str], rollout: Roll
         broken = [
             f"{h}: {e.reason}: {e.message}"
             for h, e in sorted(status.handlers.items())
-            if h in changed and e.state in ("Failed", "Conflict")
+            if h in changed and failed_change(e.state, e.reason)
         ]
         return _text("; ".join(broken) or "the change failed on this node")
     if state == "applying":

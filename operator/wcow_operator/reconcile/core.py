@@ -492,9 +492,17 @@ def _fit_plan(
     return plan_with_text(kept)
 
 
-def _nodes_condition(nodes: NodeSummary) -> tuple[ConditionStatus, str, str]:
+def _nodes_condition(
+    nodes: NodeSummary, selector: Mapping[str, str] | None = None
+) -> tuple[ConditionStatus, str, str]:
     message = describe(nodes)
     if nodes.eligible == 0:
+        if selector:
+            pairs = ", ".join(f"{k}={v}" for k, v in sorted(selector.items()))
+            message += (
+                f"; only nodes labelled {pairs} (spec.scheduling.nodeSelector) apply it, "
+                "and none of them can run it"
+            )[:512]
         return "False", "NoEligibleNodes", message
     if nodes.ready == nodes.eligible:
         return "True", "AllEligibleNodesReady", message
@@ -525,7 +533,7 @@ def _conditions(
         (VALID, valid),
         (PLANNED, state.planned),
         (RUNTIME_CLASS_READY, state.runtime_class),
-        (NODES_READY, _nodes_condition(nodes)),
+        (NODES_READY, _nodes_condition(nodes, _selector(state))),
     ]
     # Ungated profiles send pods to nodes regardless of agents, so nodes do not gate Ready.
     gated = state.model.spec.scheduling.require_ready_label if state.model else True
@@ -550,6 +558,10 @@ def _conditions(
     reconciling, stalled = reconciling_and_stalled(rows, nodes_gate=gated)
     rows += [(RECONCILING, reconciling), (STALLED, stalled)]
     return _set_rows(current, rows, generation, now)
+
+
+def _selector(state: _Profile) -> Mapping[str, str] | None:
+    return state.model.spec.scheduling.node_selector if state.model is not None else None
 
 
 def _set_rows(

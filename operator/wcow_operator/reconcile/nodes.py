@@ -23,7 +23,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from wcow_contract.agent_status import GUEST_BUILD_UNSUPPORTED, AgentStatus, parse_agent_status
+from wcow_contract.agent_status import (
+    CANNOT_RUN_HERE,
+    GUEST_BUILD_UNSUPPORTED,
+    AgentStatus,
+    parse_agent_status,
+)
 from wcow_contract.labels import READY_VALUE, ready_label
 from wcow_contract.text import printable
 from wcow_contract.v1alpha1 import NodeFailure
@@ -171,9 +176,9 @@ def contribution(node: ObservedNode) -> Contribution:
                 unfit = (entry.reason, entry.message)
                 standings[handler] = HandlerStanding(False, None, eligible=False, unfit=unfit)
             continue
-        if entry.state == "Failed" and entry.reason == GUEST_BUILD_UNSUPPORTED:
-            # Applied, but this node's pause image boots another guest build: a node pool
-            # for another class. Listed, not counted against the profile's own nodes.
+        if entry.state == "Failed" and entry.reason in CANNOT_RUN_HERE:
+            # Applied, but this node's pause image cannot start the class's pods: a node
+            # pool for another class. Listed, not counted against the profile's own nodes.
             note = NodeFailure(node=node.name, reason=entry.reason, message=entry.message)
             standings[handler] = HandlerStanding(False, note, eligible=False)
             continue

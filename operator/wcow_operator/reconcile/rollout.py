@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from wcow_contract.agent_status import failed_change
 from wcow_contract.conditions import timestamp
 from wcow_contract.rollout import Halt, Hold, Rollout
 from wcow_contract.v1alpha1 import NodeFailure
@@ -83,9 +84,11 @@ def _failed(report: NodeReport, handler: str, plan: Mapping[str, Any]) -> bool:
     """Whether the node reports ``handler`` failed for this plan. Only the plan's own
     entries can fail it: a Failed or Conflict state of a handler the plan removes (a profile
     renamed its failing handler), or about an earlier generation (left from the attempt the
-    plan replaces), is the old attempt's, which a node reports until its agent is done."""
-    state = report.states.get(handler, ("", "", ""))[0]
-    if state not in ("Failed", "Conflict"):
+    plan replaces), is the old attempt's, which a node reports until its agent is done. A
+    node that cannot run the class by what it is (a pool of another guest build) has not
+    failed it (``failed_change``)."""
+    state, reason, _ = report.states.get(handler, ("", "", ""))
+    if not failed_change(state, reason):
         return False
     entries = plan.get("handlers") or {}
     if handler not in entries:
@@ -122,7 +125,7 @@ def still_busy(
             continue
         states = report.states.values()
         if report.attempted_plan_hash == last.plan_hash and any(
-            s[0] in ("Failed", "Conflict") for s in states
+            failed_change(s[0], s[1]) for s in states
         ):
             continue
         fresh = now - _time(granted) <= timeout
