@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from wcow_contract.support.supervisor import Supervisor
+from wcow_support.supervisor import Supervisor
 
 
 def test_members_stop_last_started_first_each_joined_within_its_grace() -> None:

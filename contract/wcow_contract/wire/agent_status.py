@@ -34,9 +34,9 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from wcow_contract.catalog.windows_builds import WINDOWS_VERSION_PATTERN
 from wcow_contract.text import printable
 from wcow_contract.validation import DNS1123_LABEL_MAX, DNS1123_LABEL_PATTERN
-from wcow_contract.windows_builds import WINDOWS_VERSION_PATTERN
 
 AGENT_STATUS_ANNOTATION = "runtime.wcow.dev/agent-status"
 AGENT_STATUS_SCHEMA_VERSION: Final = 1

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from wcow_contract.hcs_annotations import default_refusal
+from wcow_contract.catalog.hcs_annotations import default_refusal
 from wcow_contract.text import KEY_CHARACTERS, shown
 
 INT32_MAX = 2**31 - 1
