@@ -82,8 +82,8 @@ from tests.e2e.operator_harness import (
 from wcow_contract.errors import parse_profile
 from wcow_operator.controller.controller import status_update
 from wcow_operator.k8s.api import KubernetesApi
-from wcow_operator.reconcile.core import ReconcileSettings, reconcile
-from wcow_operator.reconcile.model import Observed, ObservedProfile, Write
+from wcow_operator.reconcile.model import Observed, ObservedProfile, ReconcileSettings, Write
+from wcow_operator.reconcile.reconciler import reconcile
 from wcow_operator.render.runtimeclass import render_runtime_class
 
 RUNTIME_CLASSES = ("node.k8s.io", "v1", "runtimeclasses")

@@ -45,7 +45,7 @@ from wcow_operator.k8s.leader import LeaseElection
 from wcow_operator.k8s.secrets import RegistrySecret
 from wcow_operator.k8s.webhooks import WebhookConfigurations
 from wcow_operator.rbac import OPERATOR_LEASE
-from wcow_operator.reconcile.core import ReconcileSettings
+from wcow_operator.reconcile.model import ReconcileSettings
 from wcow_operator.registry.client import RegistryClient, credentials_from_dockerconfig
 from wcow_operator.registry.resolver import ImageAdmission, Resolver
 from wcow_operator.render.webhooks import Endpoint

@@ -32,9 +32,8 @@ from wcow_operator.controller.controller import (
 )
 from wcow_operator.controller.metrics import Metrics
 from wcow_operator.main import Reconciler
-from wcow_operator.reconcile.core import ReconcileSettings
 from wcow_operator.reconcile.drain import CORDONED_BY, CORDONED_BY_VALUE
-from wcow_operator.reconcile.model import FINALIZER
+from wcow_operator.reconcile.model import FINALIZER, ReconcileSettings
 
 
 @pytest.fixture

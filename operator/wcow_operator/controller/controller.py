@@ -25,21 +25,17 @@ from wcow_operator.controller.api import ApiError, ClusterApi
 from wcow_operator.controller.cache import ClusterCache, Kind
 from wcow_operator.controller.drainer import Drainer
 from wcow_operator.controller.metrics import Metrics
-from wcow_operator.reconcile.core import (
-    Memo,
-    ReconcileSettings,
-    normalized_status,
-    reconcile,
-    runtime_class_failed,
-)
 from wcow_operator.reconcile.model import (
     FINALIZER,
     PHASES,
     EventNote,
     Observed,
     Outcome,
+    ReconcileSettings,
     Write,
 )
+from wcow_operator.reconcile.profiles import Memo
+from wcow_operator.reconcile.reconciler import reconcile
 from wcow_operator.reconcile.rollout import next_timeout
 
 log = logging.getLogger(__name__)
@@ -224,19 +220,16 @@ class Controller:
         report.again_in = self.drainer.run(outcome.drain, self._pool)
 
     def _with_failures(self, batch: list[Write], failed_rc: dict[str, Exception]) -> list[Write]:
-        """Status patches that tell the truth when this pass's RuntimeClass write failed; a
-        patch that would change nothing is dropped (a persistent failure writes nothing)."""
+        """Where this pass's RuntimeClass write failed, the status write the pass gave for
+        that case instead (none: the status says so already)."""
         adjusted = []
         for write in batch:
             failure = failed_rc.get(write.target)
-            if failure is None:
+            instead = write.if_runtime_class_failed
+            if failure is None or instead is None:
                 adjusted.append(write)
-                continue
-            status = runtime_class_failed(write.body["status"], failure, self.clock())
-            if normalized_status((write.observed or {}).get("status") or {}) != status:
-                adjusted.append(
-                    Write(write.kind, write.target, {"status": status}, observed=write.observed)
-                )
+            elif (chosen := instead(failure, self.clock())) is not None:
+                adjusted.append(chosen)
         return adjusted
 
     def _try(self, write: Write) -> Exception | None:
