@@ -30,7 +30,12 @@ from wcow_operator.reconcile.drain import (
 )
 from wcow_operator.reconcile.model import ReconcileSettings
 from wcow_operator.reconcile.reconciler import reconcile
-from wcow_operator.reconcile.rollout import NodeReport, Progress, decide, parse_max_unavailable
+from wcow_operator.reconcile.rollout_decision import (
+    NodeReport,
+    Progress,
+    decide,
+    parse_max_unavailable,
+)
 
 CORDON = DrainOrder(mode="Cordon")
 

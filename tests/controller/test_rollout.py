@@ -17,7 +17,7 @@ from wcow_contract.plan import plan_document
 from wcow_contract.rollout import RESUME_ANNOTATION, Rollout, may_change, parse_rollout
 from wcow_operator.reconcile.model import ObservedNode, ReconcileSettings
 from wcow_operator.reconcile.reconciler import reconcile
-from wcow_operator.reconcile.rollout import (
+from wcow_operator.reconcile.rollout_decision import (
     NodeReport,
     Progress,
     changed_handlers,

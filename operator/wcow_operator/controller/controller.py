@@ -36,7 +36,7 @@ from wcow_operator.reconcile.model import (
 )
 from wcow_operator.reconcile.profiles import Memo
 from wcow_operator.reconcile.reconciler import reconcile
-from wcow_operator.reconcile.rollout import next_timeout
+from wcow_operator.reconcile.rollout_decision import next_timeout
 
 log = logging.getLogger(__name__)
 EVENT_NAMESPACE = "default"

@@ -87,7 +87,7 @@ def drain_order(
 
 @dataclass(frozen=True)
 class Turn:
-    """One pass's drain decisions for the rollout (``reconcile.rollout.decide``).
+    """One pass's drain decisions for the rollout (``reconcile.rollout_decision.decide``).
     ``order`` None: no drain asked, or the rollout is halted: nobody moves."""
 
     order: DrainOrder | None

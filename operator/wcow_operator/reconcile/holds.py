@@ -35,7 +35,7 @@ from wcow_contract.conditions import timestamp
 from wcow_contract.plan import PlanEntry
 from wcow_contract.plan_check import EntryRefusedError, checked_entry
 from wcow_contract.rollout import Hold, Rollout
-from wcow_operator.reconcile.rollout import (
+from wcow_operator.reconcile.rollout_decision import (
     MAX_LISTED,
     NodeReport,
     Progress,

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from wcow_operator.reconcile.drain import DrainProgress, DrainWork
     from wcow_operator.reconcile.nodes import NodeTally
-    from wcow_operator.reconcile.rollout import NodeReport, Progress
+    from wcow_operator.reconcile.rollout_decision import NodeReport, Progress
 
 FINALIZER = "runtime.wcow.dev/cleanup"
 CONFIGMAP_LIMIT = 1024 * 1024

@@ -39,7 +39,7 @@ from wcow_contract.windows_builds import (
     parse_windows_build,
 )
 from wcow_operator.reconcile.model import ObservedNode
-from wcow_operator.reconcile.rollout import NodeReport
+from wcow_operator.reconcile.rollout_decision import NodeReport
 
 MAX_FAILURES = 5
 MAX_UNFIT = 3  # reasons why no node can run a handler, in its condition's message

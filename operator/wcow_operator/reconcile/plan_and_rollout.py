@@ -50,7 +50,7 @@ from wcow_operator.reconcile.planning import (
     planned_rows,
 )
 from wcow_operator.reconcile.profiles import Profiles, ProfileState
-from wcow_operator.reconcile.rollout import (
+from wcow_operator.reconcile.rollout_decision import (
     NodeReport,
     Progress,
     decide,
@@ -156,7 +156,7 @@ def _decide_rollout(
     held: Mapping[str, Hold],
     carry: Mapping[str, str] | None = None,
 ) -> tuple[Rollout, Progress, DrainWork]:
-    """Who may change to the plan now (see ``reconcile.rollout``), and the drainer's work."""
+    """Who may change to the plan now (``reconcile.rollout_decision``), and the drainer's work."""
     live, settings, observed = this.profiles.live, this.settings, this.observed
     found = reports(observed)
     limits = {

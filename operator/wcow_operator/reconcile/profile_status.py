@@ -41,8 +41,8 @@ from wcow_operator.reconcile.model import EventNote, Observed, Row, Write, profi
 from wcow_operator.reconcile.nodes import HandlerNeeds, NodeSummary, NodeTally, describe
 from wcow_operator.reconcile.planning import Held
 from wcow_operator.reconcile.profiles import Memo, Profiles, ProfileState
-from wcow_operator.reconcile.rollout import Progress
 from wcow_operator.reconcile.rollout_condition import rollout_status
+from wcow_operator.reconcile.rollout_decision import Progress
 
 
 @dataclass(frozen=True)

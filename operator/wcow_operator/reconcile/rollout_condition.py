@@ -15,7 +15,7 @@ from wcow_contract.v1alpha1 import RolloutStatus
 from wcow_operator.reconcile.model import Row
 from wcow_operator.reconcile.planning import Held
 from wcow_operator.reconcile.profiles import ProfileState
-from wcow_operator.reconcile.rollout import Progress
+from wcow_operator.reconcile.rollout_decision import Progress
 
 RolloutPhase = Literal["Progressing", "Complete", "Halted"]
 
