@@ -13,7 +13,6 @@ import signal
 import socket
 import sys
 import threading
-import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,9 +26,10 @@ from wcow_contract.support.health import HealthServer
 from wcow_contract.support.supervisor import Supervisor
 from wcow_operator import uninstall
 from wcow_operator.controller.cache import ClusterCache
-from wcow_operator.controller.controller import Controller, Runner
+from wcow_operator.controller.controller import Controller
 from wcow_operator.controller.informer import run_informer, watched_collections
 from wcow_operator.controller.metrics import Metrics
+from wcow_operator.controller.runner import Runner
 from wcow_operator.handlers.admission import (
     AdmissionMetrics,
     CertificateMissingError,
@@ -118,9 +118,8 @@ class Probes:
 
     def live(self) -> tuple[bool, str]:
         # A reconciler stuck for several resync periods is not alive; standby replicas are.
-        stuck = self.leading.is_set() and time.monotonic() - self.runner.heartbeat > max(
-            3 * self.resync_seconds, 120
-        )
+        quiet = self.runner.clock.monotonic() - self.runner.heartbeat
+        stuck = self.leading.is_set() and quiet > max(3 * self.resync_seconds, 120)
         return (not stuck, "stuck" if stuck else "ok")
 
     def ready(self) -> tuple[bool, str]:
@@ -420,7 +419,7 @@ class Reconciler:
     stopping: threading.Event
 
     def run(self) -> None:
-        while not self.elected.wait(0.2):
+        while not self.runner.clock.wait(self.elected, 0.2):
             if self.stopping.is_set():
                 return
         self.leading.set()

@@ -24,7 +24,7 @@ from wcow_operator.handlers.webhook_server import ClosingWhenDraining
 from wcow_operator.main import Probes
 
 if TYPE_CHECKING:
-    from wcow_operator.controller.controller import Runner
+    from wcow_operator.controller.runner import Runner
 
 
 async def _answer(_: Any, **__: Any) -> dict[str, Any]:
