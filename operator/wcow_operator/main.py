@@ -30,16 +30,6 @@ from wcow_operator.controller.controller import Controller
 from wcow_operator.controller.informer import run_informer, watched_collections
 from wcow_operator.controller.metrics import Metrics
 from wcow_operator.controller.runner import Runner
-from wcow_operator.handlers.admission import (
-    AdmissionMetrics,
-    CertificateMissingError,
-    ProfileIndex,
-    WebhookKeeper,
-    WebhookSettings,
-    serving_certificate,
-)
-from wcow_operator.handlers.certificates import Authority, ServingCertificate, keep_renewed
-from wcow_operator.handlers.webhook_server import STOP_SECONDS, AdmissionServer
 from wcow_operator.k8s.api import KubernetesApi, load_client_config
 from wcow_operator.k8s.leader import LeaseElection
 from wcow_operator.k8s.secrets import RegistrySecret
@@ -47,9 +37,20 @@ from wcow_operator.k8s.webhooks import WebhookConfigurations
 from wcow_operator.rbac import OPERATOR_LEASE
 from wcow_operator.reconcile.model import ReconcileSettings
 from wcow_operator.registry.client import RegistryClient, credentials_from_dockerconfig
-from wcow_operator.registry.resolver import ImageAdmission, Resolver
+from wcow_operator.registry.resolver import Resolver
 from wcow_operator.render.webhooks import Endpoint
 from wcow_operator.settings import OperatorSettings, SettingsError, parse_settings
+from wcow_operator.webhook.certificates import Authority, ServingCertificate, keep_renewed
+from wcow_operator.webhook.configurations import WebhookKeeper
+from wcow_operator.webhook.image_admission import ImageAdmission
+from wcow_operator.webhook.metrics import AdmissionMetrics
+from wcow_operator.webhook.profile_index import ProfileIndex
+from wcow_operator.webhook.server import STOP_SECONDS, AdmissionServer
+from wcow_operator.webhook.serving import (
+    CertificateMissingError,
+    WebhookSettings,
+    serving_certificate,
+)
 
 log = logging.getLogger("wcow_operator")
 
