@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 from tests.e2e.operator_harness import free_port
-from wcow_operator.main import Probes
+from wcow_operator.manager.probes import Probes
 from wcow_operator.webhook.server import ClosingWhenDraining
 
 if TYPE_CHECKING:

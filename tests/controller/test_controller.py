@@ -29,7 +29,7 @@ from wcow_operator.controller.runner import (
     Runner,
     hand_over_spacing,
 )
-from wcow_operator.main import Reconciler
+from wcow_operator.manager.reconcile_loop import Reconciler
 from wcow_operator.reconcile.drain import CORDONED_BY, CORDONED_BY_VALUE
 from wcow_operator.reconcile.model import FINALIZER, ReconcileSettings
 
