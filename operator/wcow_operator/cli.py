@@ -28,9 +28,9 @@ from wcow_contract.v1alpha1 import API_VERSION, KIND, WindowsRuntimeProfile
 from wcow_contract.windows_builds import parse_windows_build
 from wcow_operator.registry.client import RegistryClient
 from wcow_operator.registry.resolver import Resolver
-from wcow_operator.render.bundle import ProfileConflictError, Rendered, render_all
 from wcow_operator.render.configmaps import plan_config_map
 from wcow_operator.render.node_template import as_document, as_text, node_template
+from wcow_operator.render.profile_set import ProfileConflictError, Rendered, render_all
 from wcow_operator.render.serialize import dump_yaml, dump_yaml_documents
 from wcow_operator.webhook.decide import admit
 from wcow_operator.webhook.decision import Refused

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from wcow_contract.support.supervisor import Supervisor
-from wcow_operator import uninstall
+from wcow_operator import uninstall_command
 from wcow_operator.controller.cache import ClusterCache
 from wcow_operator.controller.controller import Controller
 from wcow_operator.controller.metrics import Metrics
 from wcow_operator.controller.runner import Runner
-from wcow_operator.k8s.api import KubernetesApi, load_client_config
+from wcow_operator.k8s.kubernetes_api import KubernetesApi, load_client_config
 from wcow_operator.manager.informers import start_informers
 from wcow_operator.manager.probes import Probes, serve_metrics, serve_probes
 from wcow_operator.manager.reconcile_loop import start_reconciling
@@ -111,8 +111,8 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 
 def run(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["uninstall"]:  # the chart's pre-delete hook (wcow_operator.uninstall)
-        return uninstall.main(args[1:])
+    if args[:1] == ["uninstall"]:  # the chart's pre-delete hook (wcow_operator.uninstall_command)
+        return uninstall_command.main(args[1:])
     try:
         settings = parse_settings(argv)
         webhook = None

@@ -13,7 +13,7 @@ import pytest
 import urllib3
 
 from wcow_operator import rbac
-from wcow_operator.k8s.webhooks import OWNER_NAME, PERMISSIONS
+from wcow_operator.k8s.webhook_configurations import OWNER_NAME, PERMISSIONS
 from wcow_operator.render.webhooks import (
     MAX_CAS,
     Endpoint,

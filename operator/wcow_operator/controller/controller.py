@@ -21,8 +21,8 @@ from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_KEY
 from wcow_contract.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY, Rollout, parse_rollout
 from wcow_contract.text import printable
 from wcow_contract.v1alpha1 import API_VERSION, KIND
-from wcow_operator.controller.api import ApiError, ClusterApi
 from wcow_operator.controller.cache import ClusterCache, Kind
+from wcow_operator.controller.cluster_api import ApiError, ClusterApi
 from wcow_operator.controller.drainer import Drainer
 from wcow_operator.controller.metrics import Metrics
 from wcow_operator.reconcile.model import (

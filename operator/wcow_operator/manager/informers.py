@@ -8,7 +8,7 @@ from wcow_contract.support.supervisor import Supervisor
 from wcow_operator.controller.cache import ClusterCache
 from wcow_operator.controller.informer import run_informer, watched_collections
 from wcow_operator.controller.metrics import Metrics
-from wcow_operator.k8s.api import KubernetesApi
+from wcow_operator.k8s.kubernetes_api import KubernetesApi
 
 
 def start_informers(

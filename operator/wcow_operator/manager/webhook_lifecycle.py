@@ -14,7 +14,7 @@ from wcow_contract.support.supervisor import Supervisor
 from wcow_operator.controller.cache import ClusterCache
 from wcow_operator.controller.metrics import Metrics
 from wcow_operator.k8s.secrets import RegistrySecret
-from wcow_operator.k8s.webhooks import WebhookConfigurations
+from wcow_operator.k8s.webhook_configurations import WebhookConfigurations
 from wcow_operator.registry.client import RegistryClient, credentials_from_dockerconfig
 from wcow_operator.registry.resolver import Resolver
 from wcow_operator.settings import OperatorSettings

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from wcow_contract.support.retry import NO_DELAY, retry
-from wcow_operator.controller.api import ApiError
+from wcow_operator.controller.cluster_api import ApiError
 from wcow_operator.render.webhooks import (
     KINDS,
     OwnerReference,
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 
 class ConfigurationsApi(Protocol):
-    """What the keeper needs of the API (``k8s.webhooks.WebhookConfigurations``)."""
+    """What the keeper needs of the API (``k8s.webhook_configurations.WebhookConfigurations``)."""
 
     def read(self, kind: str) -> dict[str, Any] | None: ...
     def create(self, kind: str, body: dict[str, Any]) -> dict[str, Any]: ...

@@ -22,7 +22,7 @@ from wcow_contract.plan import PLAN_CONFIGMAP
 from wcow_contract.rollout import ROLLOUT_CONFIGMAP
 from wcow_contract.support.retry import Backoff, retry
 from wcow_contract.v1alpha1 import GROUP, PLURAL, VERSION
-from wcow_operator.controller.api import (
+from wcow_operator.controller.cluster_api import (
     ApiError,
     ClusterApi,
     Page,
