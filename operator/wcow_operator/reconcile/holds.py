@@ -1,4 +1,4 @@
-"""A failing profile holds back only itself (issue 20 item 6).
+"""A failing profile holds back only itself.
 
 One plan carries every profile's change, and a node takes the whole plan. So when a node
 reports a changed handler Failed, the operator does not stop the plan: it holds that

@@ -4,9 +4,9 @@ Each node contributes to the handlers its agent reports; a ``NodeTally`` adds an
 contributions one node at a time, so a change on one node costs work for that node only,
 whatever the size of the fleet.
 
-A node's report is checked against the node before it counts (issue 17, point 7). The build
-comes from the kubelet's label ``node.kubernetes.io/windows-build``, not from the agent's
-report; Hyper-V from the agent (nothing else on the Node says it). A node that reports a
+A node's report is checked against the node before it counts. The build comes from the
+kubelet's label ``node.kubernetes.io/windows-build``, not from the agent's report; Hyper-V
+from the agent (nothing else on the Node says it). A node that reports a
 handler as anything but NotEligible while its build and Hyper-V cannot run it (Hyper-V
 isolation: Hyper-V and host build >= guest build; process isolation: a compatible build), or
 whose agent reports another build than its kubelet, is neither eligible nor ready: it is

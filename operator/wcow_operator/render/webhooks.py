@@ -1,4 +1,4 @@
-"""The Mutating- and ValidatingWebhookConfiguration of the pod admission webhook (issue 11).
+"""The Mutating- and ValidatingWebhookConfiguration of the pod admission webhook.
 
 The mutating webhook sees pod CREATE (it sizes the VM); the validating one sees CREATE and
 UPDATE: the kubelet reads the VM annotations whenever it creates the pod's sandbox, so they
