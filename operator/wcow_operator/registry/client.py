@@ -25,7 +25,7 @@ from urllib.parse import urlencode
 import urllib3
 
 from wcow_contract.text import shown
-from wcow_operator.reconcile.images import (
+from wcow_operator.registry.facts import (
     Entry,
     Facts,
     ImageFacts,
