@@ -93,9 +93,9 @@ from tests.fleet.paced import (
     rolled_out,
 )
 
-from wcow_agent.k8s import KubernetesCluster
-from wcow_agent.simulate.fleet import Fleet, FleetCluster, FleetOptions
-from wcow_agent.simulate.host import HostSettings
+from wcow_agent.loop.kubernetes_cluster import KubernetesCluster
+from wcow_agent.simulator.fleet import Fleet, FleetCluster, FleetOptions
+from wcow_agent.simulator.node import HostSettings
 from wcow_contract.rollout import Rollout
 from wcow_operator.reconcile.rollout import parse_max_unavailable
 

@@ -27,9 +27,9 @@ from typing import Any
 
 import tomli_w
 
-from wcow_agent.attempt import Timeouts
-from wcow_agent.cluster import ClusterError, NodeObject, PlanObject, RolloutObject
-from wcow_agent.cycle import NodeAgent
+from wcow_agent.config.state import Paths
+from wcow_agent.cycle.node_agent import NodeAgent
+from wcow_agent.cycle.transaction import Timeouts
 from wcow_agent.host.computecore import (
     COMPUTECORE_SIGNATURES,
     HCS_E_SYSTEM_NOT_FOUND,
@@ -39,8 +39,8 @@ from wcow_agent.host.computecore import (
 from wcow_agent.host.crictl import CrictlCri
 from wcow_agent.host.interfaces import CommandTimeoutError, ContainerdError, Host
 from wcow_agent.host.process import Completed
-from wcow_agent.simulate.host import effective_runtimes
-from wcow_agent.state import Paths
+from wcow_agent.loop.cluster import ClusterError, NodeObject, PlanObject, RolloutObject
+from wcow_agent.simulator.containerd import effective_runtimes
 from wcow_contract.canonical import dump_json
 from wcow_contract.plan import Plan, dump_plan
 from wcow_contract.runtime_table import RUNTIMES_PATH

@@ -8,9 +8,9 @@ from typing import Any
 
 from tests.agent.conftest import DEFAULT_17, hyperv, make_plan, process
 from tests.agent.fakes import CONFIGS, FakeNode, Sandbox
+from wcow_agent.config.merge_decision import MARKER
+from wcow_agent.config.state import load_state, text_hash
 from wcow_agent.host.computecore import GENERIC_ALL
-from wcow_agent.merge import MARKER
-from wcow_agent.state import load_state, text_hash
 
 V2_PATH = ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes")
 
@@ -484,7 +484,7 @@ def test_a_file_the_agent_cannot_replace_fails_the_cycle_not_the_agent(
     import os
     import types
 
-    from wcow_agent import files
+    from wcow_agent.config import files
 
     def locked(source: Any, target: Any) -> None:
         if Path(target).name == "config.toml":

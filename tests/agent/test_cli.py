@@ -13,11 +13,13 @@ import pytest
 from tests.agent.conftest import DEFAULT_17, hyperv, make_plan, process
 from tests.agent.fakes import FakeCluster, FakeNode
 from tests.conftest import SAMPLES
-from wcow_agent.cli import build_parser, main, run_canaries, uninstall
-from wcow_agent.files import FileLock
-from wcow_agent.metrics import Metrics
-from wcow_agent.runner import AgentLoop
-from wcow_agent.watch import RunOptions
+from wcow_agent.cli import build_parser, main
+from wcow_agent.commands.canary_command import run_canaries
+from wcow_agent.commands.uninstall_command import uninstall
+from wcow_agent.config.files import FileLock
+from wcow_agent.loop.agent_loop import AgentLoop
+from wcow_agent.loop.cluster_view import RunOptions
+from wcow_agent.loop.metrics import Metrics
 from wcow_contract.plan import dump_plan
 from wcow_contract.support.health import StepHealth
 from wcow_operator.cli import main as wcow_main

@@ -20,11 +20,12 @@ from hypothesis import strategies as st
 from tests.agent.conftest import edited, hyperv, make_plan, process
 from tests.agent.fakes import CONFIGS, FakeContainerd, FakeNode
 from tests.containerd import CONTAINERD, config_dump, needs_containerd
-from wcow_agent.containerd_lines import line_for, unsupported
+from wcow_agent.config.containerd_lines import line_for, unsupported
+from wcow_agent.config.merge import merge_config
+from wcow_agent.config.merge_decision import BUILTIN_RUNTIMES_1_6
 from wcow_agent.host.containerd import ContainerdCli
 from wcow_agent.host.interfaces import Host
 from wcow_agent.host.process import SubprocessRunner
-from wcow_agent.merge import BUILTIN_RUNTIMES_1_6, merge_config
 from wcow_contract.runtime_table import RUNTIMES_PATH
 
 CORPUS = sorted(p for p in CONFIGS.glob("*.toml") if not p.name.startswith("v1"))

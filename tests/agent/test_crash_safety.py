@@ -19,9 +19,9 @@ import pytest
 
 from tests.agent.conftest import DEFAULT_17, hyperv, make_plan, process
 from tests.agent.fakes import FakeComputeCore, FakeNode, SimulatedCrash
-from wcow_agent import files
-from wcow_agent.agent import CycleReport
-from wcow_agent.state import load_state
+from wcow_agent.config import files
+from wcow_agent.config.state import load_state
+from wcow_agent.cycle.decisions import CycleReport
 
 
 @dataclass

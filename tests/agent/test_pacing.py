@@ -12,17 +12,18 @@ import pytest
 
 from tests.agent.conftest import hyperv, make_plan, process
 from tests.agent.fakes import FakeCluster, FakeNode
-from wcow_agent.agent import CycleReport
-from wcow_agent.attempt import Timeouts
-from wcow_agent.cycle import NodeAgent
-from wcow_agent.gate import Pace
-from wcow_agent.merge import MergeResult
-from wcow_agent.metrics import Metrics
-from wcow_agent.pacing import Permission, decide, holds_agent_tables, is_paced
-from wcow_agent.runner import AgentLoop
-from wcow_agent.simulate.host import Faults, HostSettings, SimulatedNode
-from wcow_agent.state import AgentState, Paths, load_state
-from wcow_agent.watch import RunOptions
+from wcow_agent.config.merge import MergeResult
+from wcow_agent.config.state import AgentState, Paths, load_state
+from wcow_agent.cycle.decisions import CycleReport
+from wcow_agent.cycle.node_agent import NodeAgent
+from wcow_agent.cycle.rollout_gate import Pace
+from wcow_agent.cycle.rollout_verdict import Permission, decide, holds_agent_tables, is_paced
+from wcow_agent.cycle.transaction import Timeouts
+from wcow_agent.loop.agent_loop import AgentLoop
+from wcow_agent.loop.cluster_view import RunOptions
+from wcow_agent.loop.metrics import Metrics
+from wcow_agent.simulator.faults import Faults
+from wcow_agent.simulator.node import HostSettings, SimulatedNode
 from wcow_contract.rollout import Halt, Rollout
 from wcow_contract.support.health import StepHealth
 

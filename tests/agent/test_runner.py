@@ -18,12 +18,13 @@ import pytest
 
 from tests.agent.conftest import hyperv, make_plan, process
 from tests.agent.fakes import FakeCluster, FakeNode
-from wcow_agent.cli import build_parser, install_signal_handlers, prepare_run, serve
-from wcow_agent.cluster import ClusterError, PlanObject, WatchExpiredError
-from wcow_agent.metrics import Metrics
-from wcow_agent.runner import AgentLoop
-from wcow_agent.state import load_state
-from wcow_agent.watch import RunOptions
+from wcow_agent.cli import build_parser
+from wcow_agent.commands.run_command import install_signal_handlers, prepare_run, serve
+from wcow_agent.config.state import load_state
+from wcow_agent.loop.agent_loop import AgentLoop
+from wcow_agent.loop.cluster import ClusterError, PlanObject, WatchExpiredError
+from wcow_agent.loop.cluster_view import RunOptions
+from wcow_agent.loop.metrics import Metrics
 from wcow_contract.support.health import StepHealth
 
 STATUS = "runtime.wcow.dev/agent-status"
@@ -337,7 +338,7 @@ def test_run_needs_its_node_name(capsys: pytest.CaptureFixture[str], tmp_path: P
 def test_run_refuses_to_touch_a_linux_host(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from wcow_agent.cli import real_host
+    from wcow_agent.commands.options import real_host
 
     args = build_parser().parse_args(["run", "--config", str(tmp_path / "config.toml")])
     code = prepare_run(args, {"NODE_NAME": "n"}, real_host, lambda: None, threading.Event())  # type: ignore[arg-type,return-value]

@@ -8,9 +8,9 @@ import threading
 from tests.agent.conftest import hyperv, make_plan, process
 from tests.agent.fakes import FakeCluster, FakeNode
 from tests.agent.test_pacing import rollout_text
-from wcow_agent.metrics import Metrics
-from wcow_agent.runner import AgentLoop
-from wcow_agent.watch import RunOptions
+from wcow_agent.loop.agent_loop import AgentLoop
+from wcow_agent.loop.cluster_view import RunOptions
+from wcow_agent.loop.metrics import Metrics
 from wcow_contract.labels import STARTUP_TAINT
 from wcow_contract.support.health import StepHealth
 

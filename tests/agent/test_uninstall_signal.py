@@ -11,9 +11,9 @@ from dataclasses import replace
 from tests.agent.conftest import DEFAULT_17, hyperv, make_plan, process
 from tests.agent.fakes import FakeCluster, FakeNode
 from tests.agent.test_pause_image import PAUSE_2019
-from wcow_agent.metrics import Metrics
-from wcow_agent.runner import AgentLoop
-from wcow_agent.watch import RunOptions
+from wcow_agent.loop.agent_loop import AgentLoop
+from wcow_agent.loop.cluster_view import RunOptions
+from wcow_agent.loop.metrics import Metrics
 from wcow_contract.support.health import StepHealth
 from wcow_contract.uninstall import UNINSTALL_ERROR_ANNOTATION, leftovers
 

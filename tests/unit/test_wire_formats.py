@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT, SAMPLES, MakeProfile
-from wcow_agent.pacing import Permission
-from wcow_agent.plan import PlanError, load_plan
+from wcow_agent.cycle.rollout_verdict import Permission
+from wcow_agent.loop.plan_loading import PlanError, load_plan
 from wcow_contract.agent_status import (
     AGENT_STATUS_ANNOTATION,
     AGENT_STATUS_SCHEMA_VERSION,

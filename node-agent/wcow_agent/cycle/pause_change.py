@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from wcow_agent.agent import CycleReport, HostFacts, guest_build_refusal, guest_builds_of
-from wcow_agent.attempt import Failures
-from wcow_agent.images import PauseImage, wanted_pause_image
-from wcow_agent.state import AgentState, PauseChange, StateJournal
+from wcow_agent.config.state import AgentState, PauseChange, StateJournal
+from wcow_agent.cycle.decisions import CycleReport, HostFacts, guest_build_refusal, guest_builds_of
+from wcow_agent.cycle.pause_image import PauseImage, wanted_pause_image
+from wcow_agent.cycle.transaction import Failures
 from wcow_contract.plan import PlanEntry
 
 MESSAGE_MAX = 300  # of one handler's failure, quoted in the reason

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from wcow_agent.containerd_lines import first_line_honouring, line_for, unsupported
+from wcow_agent.config.containerd_lines import first_line_honouring, line_for, unsupported
 from wcow_contract.plan import PlanEntry
 from wcow_contract.windows_builds import (
     WindowsBuild,

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from wcow_agent.agent import CycleReport, HandlerOutcome
-from wcow_agent.state import PAUSE_PHASES
+from wcow_agent.config.state import PAUSE_PHASES
+from wcow_agent.cycle.decisions import CycleReport, HandlerOutcome
 
 PAUSE_CHANGE_HELP = (
     "1 for the phase of a pause image change this agent made that holds its readiness false: "

@@ -15,8 +15,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from wcow_agent.agent import CycleReport
-from wcow_agent.cluster import Cluster, ClusterError, NodeObject
+from wcow_agent.cycle.decisions import CycleReport
+from wcow_agent.loop.cluster import Cluster, ClusterError, NodeObject
 
 log = logging.getLogger("wcow_agent")
 

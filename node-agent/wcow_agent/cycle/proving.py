@@ -10,7 +10,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from wcow_agent.agent import (
+from wcow_agent.config.state import AgentState, StateJournal
+from wcow_agent.cycle.canary import Canary, CanarySpec
+from wcow_agent.cycle.decisions import (
     CycleReport,
     HandlerOutcome,
     canary_enabled,
@@ -18,10 +20,8 @@ from wcow_agent.agent import (
     guest_build_refusal,
     needs_canary,
 )
-from wcow_agent.attempt import Failures
-from wcow_agent.canary import Canary, CanarySpec
+from wcow_agent.cycle.transaction import Failures
 from wcow_agent.host.interfaces import Host, HostError
-from wcow_agent.state import AgentState, StateJournal
 from wcow_contract.agent_status import HandlerState
 from wcow_contract.plan import PlanEntry
 

@@ -15,16 +15,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from wcow_agent.cluster import (
+from wcow_agent.cycle.rollout_verdict import Permission
+from wcow_agent.loop.cluster import (
     Cluster,
     ClusterError,
     PlanObject,
     RolloutObject,
     WatchExpiredError,
 )
-from wcow_agent.metrics import Metrics
-from wcow_agent.pacing import Permission
-from wcow_agent.plan import PlanError, load_plan
+from wcow_agent.loop.metrics import Metrics
+from wcow_agent.loop.plan_loading import PlanError, load_plan
 from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_KEY, Plan
 from wcow_contract.support.retry import Backoff
 

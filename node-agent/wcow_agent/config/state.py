@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from wcow_agent.files import write_atomically
+from wcow_agent.config.files import write_atomically
 
 STATE_SUFFIX = ".wcow-state.json"
 PRISTINE_SUFFIX = ".wcow-original"

@@ -26,11 +26,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from wcow_agent.agent import CycleReport, HostFacts
-from wcow_agent.files import read_config, write_atomically
+from wcow_agent.config.files import read_config, write_atomically
+from wcow_agent.config.merge import MergeResult
+from wcow_agent.config.state import Paths, StateJournal, text_hash
+from wcow_agent.cycle.decisions import CycleReport, HostFacts
 from wcow_agent.host.interfaces import ContainerdError, Host, HostError
-from wcow_agent.merge import MergeResult
-from wcow_agent.state import Paths, StateJournal, text_hash
 from wcow_contract.runtime_table import RUNTIMES_PATH
 
 CRI_POLL_SECONDS = 2.0

@@ -13,7 +13,8 @@ from typing import Any
 import kubernetes
 import urllib3
 
-from wcow_agent.cluster import (
+from wcow_agent.cycle.rollout_verdict import is_paced
+from wcow_agent.loop.cluster import (
     FIELD_MANAGER,
     ClusterError,
     NodeObject,
@@ -21,7 +22,6 @@ from wcow_agent.cluster import (
     RolloutObject,
     WatchExpiredError,
 )
-from wcow_agent.pacing import is_paced
 from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_HASH_ANNOTATION, PLAN_KEY
 from wcow_contract.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY
 from wcow_contract.uninstall import UNINSTALL_ANNOTATION

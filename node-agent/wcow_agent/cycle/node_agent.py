@@ -19,8 +19,16 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 
-from wcow_agent import gate, pausing
-from wcow_agent.agent import (
+from wcow_agent.config.files import read_config, sweep_temp_files
+from wcow_agent.config.merge import MergeResult
+from wcow_agent.config.merge_decision import ConfigError
+from wcow_agent.config.sandbox_image import held_pause_image, with_pause_image
+from wcow_agent.config.state import Paths, StateJournal, text_hash
+from wcow_agent.config.toml_text import ParseOnce
+from wcow_agent.cycle import pause_change, rollout_gate
+from wcow_agent.cycle.adoptions import note_adoptions
+from wcow_agent.cycle.canary import Canary
+from wcow_agent.cycle.decisions import (
     CycleReport,
     HandlerOutcome,
     HostFacts,
@@ -31,19 +39,14 @@ from wcow_agent.agent import (
     restart_reason,
     selected_handlers,
 )
-from wcow_agent.attempt import NO_FILE, Change, Failures, Restarter, Timeouts, Transaction
-from wcow_agent.canary import Canary
-from wcow_agent.eligibility import Host as EligibilityHost
-from wcow_agent.eligibility import classify_handlers
-from wcow_agent.files import read_config, sweep_temp_files
-from wcow_agent.gate import Pace
+from wcow_agent.cycle.eligibility import Host as EligibilityHost
+from wcow_agent.cycle.eligibility import classify_handlers
+from wcow_agent.cycle.host_cleanup import Uninstaller
+from wcow_agent.cycle.pause_image import PauseImage, PauseImages
+from wcow_agent.cycle.proving import Prover
+from wcow_agent.cycle.rollout_gate import Pace
+from wcow_agent.cycle.transaction import NO_FILE, Change, Failures, Restarter, Timeouts, Transaction
 from wcow_agent.host.interfaces import ContainerdError, Host, HostError
-from wcow_agent.images import PauseImage, PauseImages, held_pause_image, with_pause_image
-from wcow_agent.merge import ConfigError, MergeResult
-from wcow_agent.proving import Prover
-from wcow_agent.state import Paths, StateJournal, text_hash
-from wcow_agent.tomltext import ParseOnce
-from wcow_agent.uninstall import Uninstaller, note_adoptions
 from wcow_contract.plan import Plan, PlanEntry
 from wcow_contract.windows_builds import WindowsBuild
 
@@ -167,21 +170,21 @@ class NodeAgent:
         eligible, result = judged
         report, journal = cycle.report, cycle.journal
         plan_changes = cycle.changes_file(result)
-        pausing.forget_stale(report, journal, self.pause_flag)
+        pause_change.forget_stale(report, journal, self.pause_flag)
         result, pause_changes = self._pause_edit(cycle, result)
         # The rollout paces plan changes; a pause image change alone reaches the node with
-        # its agent pod (the DaemonSet's own rolling update, held by readiness: pausing.py),
+        # its agent pod (the DaemonSet's own rolling update, held by readiness: pause_change.py),
         # and rides with a plan change.
-        verdict = gate.open_gate(result, journal, plan, pace, plan_changes)
+        verdict = rollout_gate.open_gate(result, journal, plan, pace, plan_changes)
         if verdict.allowed and plan_changes:
-            verdict = gate.begin_attempt(
+            verdict = rollout_gate.begin_attempt(
                 report, journal, cycle.facts, result, eligible, verdict=verdict, pace=pace
             )
         elif verdict.allowed:
-            gate.take_unchanged(journal, plan.hash)
+            rollout_gate.take_unchanged(journal, plan.hash)
         failed: Failures = {}
         if not verdict.allowed:
-            gate.hold(report, journal, result, plan, verdict.message)
+            rollout_gate.hold(report, journal, result, plan, verdict.message)
         elif plan_changes or pause_changes:
             touched = sorted({*result.added, *result.updated} & set(eligible))
             if pause_changes:
@@ -189,27 +192,27 @@ class NodeAgent:
             change = Change(result, cycle.original, cycle.created, touched or sorted(eligible))
             failed = self.transaction.run(report, journal, change, cycle.facts)
             if pause_changes:
-                pausing.after_transaction(report, journal, failed)
+                pause_change.after_transaction(report, journal, failed)
                 # The handlers' tables did not change: they are proven again, not failed.
                 failed = {h: why for h, why in failed.items() if h in touched}
         if not pause_changes:
-            pausing.loaded_elsewhere(journal)
+            pause_change.loaded_elsewhere(journal)
         self._survey_pause_image(report, cycle.facts)
         self.prover.prove(
             report, journal, result.owned, eligible, failed_apply=failed, force=force_canary
         )
-        pausing.judge(report, journal, eligible)
+        pause_change.judge(report, journal, eligible)
         if pause_changes and report.result == "applied" and self.pause_flag is None:
-            pausing.release_if_proven(journal)
+            pause_change.release_if_proven(journal)
         if verdict.allowed:
             note_adoptions(report, result, self.paths)
-            gate.settle(report, journal, plan.hash)
+            rollout_gate.settle(report, journal, plan.hash)
 
     def _pause_edit(self, cycle: Cycle, result: MergeResult) -> tuple[MergeResult, bool]:
         """The merged file with the pause image the agent manages (``--pause-image``, or
         the value it replaced, put back once the flag is gone); whether that changes it."""
         journal = cycle.journal
-        manage, image = pausing.edit_target(self.pause_flag, journal.state)
+        manage, image = pause_change.edit_target(self.pause_flag, journal.state)
         if not manage:
             return result, False
         try:
@@ -229,14 +232,16 @@ class NodeAgent:
         change: the record that holds readiness until the change is proven."""
         journal = cycle.journal
         self._hold_pause_image(cycle, result)
-        _, target = pausing.edit_target(self.pause_flag, journal.state)
+        _, target = pause_change.edit_target(self.pause_flag, journal.state)
         source = None if cycle.created else held_pause_image(cycle.original, result.version)
         try:
             before: PauseImage | None = self.pause.current()
         except (HostError, OSError, ValueError):
             before = None  # which guest builds it boots is not known: none is left out
-        baseline = pausing.ready_before(journal.state, eligible, before, cycle.facts)
-        pausing.begin(cycle.report, journal, (target, source), baseline, text_hash(result.text))
+        baseline = pause_change.ready_before(journal.state, eligible, before, cycle.facts)
+        pause_change.begin(
+            cycle.report, journal, (target, source), baseline, text_hash(result.text)
+        )
 
     def _hold_pause_image(self, cycle: Cycle, result: MergeResult) -> None:
         """Before the first write of the key: what it held, to put back later."""

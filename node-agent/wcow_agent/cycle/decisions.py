@@ -14,18 +14,12 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from wcow_agent.canary import CanaryResult
-from wcow_agent.containerd_lines import release_line
-from wcow_agent.host.containerd import config_version_for, version_tuple
-from wcow_agent.merge import (
-    BUILTIN_RUNTIMES_1_6,
-    BUILTIN_RUNTIMES_1_7,
-    MergeResult,
-    merge_config,
-    table_hash,
-)
-from wcow_agent.state import AgentState
-from wcow_agent.tomltext import Parse
+from wcow_agent.config.containerd_lines import config_version_for, release_line, version_tuple
+from wcow_agent.config.merge import MergeResult, merge_config
+from wcow_agent.config.merge_decision import BUILTIN_RUNTIMES_1_6, BUILTIN_RUNTIMES_1_7, table_hash
+from wcow_agent.config.state import AgentState
+from wcow_agent.config.toml_text import Parse
+from wcow_agent.cycle.canary import CanaryResult
 from wcow_contract.agent_status import (
     GUEST_BUILD_UNSUPPORTED,
     AgentStatus,

@@ -18,8 +18,10 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from wcow_agent import pausing
-from wcow_agent.agent import (
+from wcow_agent.config.state import StateJournal, load_state, text_hash
+from wcow_agent.cycle import pause_change
+from wcow_agent.cycle.canary import CLEANUP_TIMEOUT, CanarySpec
+from wcow_agent.cycle.decisions import (
     CycleReport,
     HandlerOutcome,
     NodeLabels,
@@ -29,8 +31,10 @@ from wcow_agent.agent import (
     label_changes,
     ready_handlers,
 )
-from wcow_agent.canary import CLEANUP_TIMEOUT, CanarySpec
-from wcow_agent.cluster import (
+from wcow_agent.cycle.node_agent import NodeAgent
+from wcow_agent.cycle.pause_image import PULL_TIMEOUT, STATUS_TIMEOUT
+from wcow_agent.cycle.rollout_gate import Pace
+from wcow_agent.loop.cluster import (
     CANARY_REQUEST_ANNOTATION,
     Cluster,
     ClusterError,
@@ -38,14 +42,10 @@ from wcow_agent.cluster import (
     PlanObject,
     RolloutObject,
 )
-from wcow_agent.cycle import NodeAgent
-from wcow_agent.gate import Pace
-from wcow_agent.images import PULL_TIMEOUT, STATUS_TIMEOUT
-from wcow_agent.metrics import Metrics
-from wcow_agent.startup import lift_startup_taint
-from wcow_agent.state import StateJournal, load_state, text_hash
-from wcow_agent.uninstall import let_go
-from wcow_agent.watch import ClusterView, RunOptions
+from wcow_agent.loop.cluster_view import ClusterView, RunOptions
+from wcow_agent.loop.metrics import Metrics
+from wcow_agent.loop.node_cleanup import let_go
+from wcow_agent.loop.startup_taint import lift_startup_taint
 from wcow_contract.agent_status import (
     AGENT_STATUS_ANNOTATION,
     AgentStatus,
@@ -214,7 +214,7 @@ class AgentLoop:
     def _hold_for_pause_change(self) -> None:
         state, _ = load_state(self.agent.paths.state)
         record = state.pause_change
-        hold = pausing.readiness_hold(state)
+        hold = pause_change.readiness_hold(state)
         if hold != self.pause_hold:
             (log.warning if record and record.phase == "failed" else log.info)(
                 "readiness: %s", hold or "no pause image change pending"

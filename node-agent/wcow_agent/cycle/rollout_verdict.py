@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from wcow_agent.merge import MergeResult
+from wcow_agent.config.merge import MergeResult
 from wcow_contract.rollout import (
     PACED_ANNOTATION,
     PACED_VALUE,

@@ -142,6 +142,19 @@ def release_line(version: str) -> str:
     return f"{int(parts[0])}.{int(parts[1])}"
 
 
+def version_tuple(version: str) -> tuple[int, int]:
+    major, minor, *_ = (int(part) for part in version.split("."))
+    return major, minor
+
+
+def config_version_for(containerd_version: str) -> int:
+    """The config.toml schema a containerd writes by default: 1.x -> 2, 2.0-2.2 -> 3, 2.3+ -> 4."""
+    major, minor = version_tuple(containerd_version)
+    if major < 2:
+        return 2
+    return 3 if (major, minor) < (2, 3) else 4
+
+
 def _describe_option(key: str, value: Any) -> str:
     if key == "DefaultContainerAnnotations" and isinstance(value, Mapping) and value:
         sources = sorted({ANNOTATION_FIELDS.get(k, f"annotation {k}") for k in value})
