@@ -67,7 +67,7 @@ def test_uninstall_puts_the_file_back_when_containerd_will_not_start_without_our
 ) -> None:
     applied(node, cluster)
     merged = node.config.read_text()
-    node.refuse = lambda text: "broken" if text == DEFAULT_17 else None
+    node.faults.refuse = lambda text: "broken" if text == DEFAULT_17 else None
     args = build_parser().parse_args(["uninstall", "--config", str(node.config), "--no-kubernetes"])
 
     code = uninstall(args, {}, lambda a, s: node.host(), lambda: cluster)
@@ -112,7 +112,7 @@ def test_canary_command_prints_one_result_per_handler(
     ]
     assert lines[0]["observed"] == {"memoryMB": 2048}
 
-    node.ignore_isolation = True
+    node.faults.ignore_isolation = True
     assert (
         run_canaries(
             build_parser().parse_args(["canary", "hv", "--plan", str(plan_file)]),

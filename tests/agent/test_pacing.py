@@ -280,7 +280,7 @@ def test_an_unreadable_rollout_keeps_a_node_with_tables_as_it_is(node: FakeNode)
 
 def test_a_refused_file_is_tried_again_only_under_a_new_grant(node: FakeNode) -> None:
     agent = applied_once(node)
-    node.refuse = lambda text: "bad VM" if text and "4096" in text else None
+    node.faults.refuse = lambda text: "bad VM" if text and "4096" in text else None
     first = Pace(permission(rollout_text(H2, NODE, granted="T1")), NODE)
 
     report = agent.reconcile(PLAN_2, pace=first)
@@ -296,7 +296,7 @@ def test_a_refused_file_is_tried_again_only_under_a_new_grant(node: FakeNode) ->
     assert (again.applied_plan_hash, again.attempted_plan_hash) == (H1, H2)
 
     # The operator resumed (dropped and granted again): one more try, which now works.
-    node.refuse = lambda text: None
+    node.faults.refuse = lambda text: None
     regrant = Pace(permission(rollout_text(H2, NODE, granted="T9")), NODE)
     retried = agent.reconcile(PLAN_2, pace=regrant)
     assert retried.result == "applied"

@@ -95,7 +95,7 @@ def test_a_pause_image_containerd_will_not_run_with_is_rolled_back(node: FakeNod
     plan = make_plan(hyperv())
     node.agent().reconcile(plan)
     before = node.config.read_text()
-    node.refuse = lambda text: "bad pause" if text and PAUSE_2019 in text else None
+    node.faults.refuse = lambda text: "bad pause" if text and PAUSE_2019 in text else None
 
     report = node.agent_with(pause_image=PAUSE_2019).reconcile(plan)
 

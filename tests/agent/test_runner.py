@@ -116,7 +116,7 @@ def test_a_failed_handler_loses_its_label_and_says_why(
     cluster.set_plan(make_plan(hyperv()))
     loop = make_loop(node, cluster)
     loop.cycle()
-    node.refuse = lambda text: "bad options" if text and "8192" in text else None
+    node.faults.refuse = lambda text: "bad options" if text and "8192" in text else None
 
     loop.on_plan(cluster.set_plan(make_plan(hyperv(vm={"memoryMB": 8192}))))
     loop.cycle()
@@ -147,7 +147,7 @@ def test_the_handler_state_metric_tells_a_failed_handler_from_one_the_host_canno
     )
     not_eligible = {"handler": "hv2025", "state": "NotEligible", "reason": "HostBuildTooOld"}
     assert sample(loop, "wcow_agent_handler_state", **not_eligible) == 1
-    node.refuse = lambda text: "bad options" if text and "8192" in text else None
+    node.faults.refuse = lambda text: "bad options" if text and "8192" in text else None
 
     loop.on_plan(cluster.set_plan(make_plan(hyperv(vm={"memoryMB": 8192}))))
     loop.cycle()

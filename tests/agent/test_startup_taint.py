@@ -51,7 +51,7 @@ def test_a_failed_handler_is_a_verdict_and_its_label_keeps_its_pods_away(
     node: FakeNode, cluster: FakeCluster
 ) -> None:
     cluster.node["taints"] = [dict(STARTUP)]
-    node.refuse = lambda text: "bad options" if text and "8192" in text else None
+    node.faults.refuse = lambda text: "bad options" if text and "8192" in text else None
     cluster.set_plan(make_plan(hyperv(vm={"memoryMB": 8192}), process()))
 
     make_loop(node, cluster).cycle()

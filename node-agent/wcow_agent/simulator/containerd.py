@@ -4,30 +4,25 @@ would run with, why it would not start, what ``config default`` prints) and the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from wcow_agent.simulator.faults import SimulatedCrash
-
-if TYPE_CHECKING:
-    from wcow_agent.simulator.node import SimulatedNode
-
 import copy
 import functools
 import time
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tomli_w
 
 from wcow_agent.config.containerd_lines import config_version_for, version_tuple
 from wcow_agent.config.merge_decision import BUILTIN_RUNTIMES_1_6, BUILTIN_RUNTIMES_1_7
 from wcow_agent.config.sandbox_image import configured_pause_image
-from wcow_agent.host.interfaces import (
-    ContainerdError,
-)
+from wcow_agent.host.interfaces import ContainerdError
+from wcow_agent.simulator.faults import SimulatedCrash
 from wcow_contract.runtime_table import RUNTIMES_PATH
+
+if TYPE_CHECKING:
+    from wcow_agent.simulator.node import SimulatedNode
 
 
 def builtin_runtimes(containerd_version: str) -> Mapping[str, Mapping[str, Any]]:
@@ -157,17 +152,22 @@ def default_config(containerd_version: str) -> str:
 
 
 class SimulatedContainerd:
+    """The containerd service: every call is one of the node's host calls (``node.call``)."""
+
     def __init__(self, node: SimulatedNode) -> None:
         self.node = node
 
     def version(self) -> str:
+        self.node.call("containerd --version")
         return self.node.settings.containerd_version
 
     def config_default(self) -> str:
-        return default_config(self.node.settings.containerd_version)
+        self.node.call("containerd config default")
+        return self.node.default_config_text()
 
     def config_dump(self, config: Path) -> str:
         node = self.node
+        node.call("containerd config dump")
         node.record("preflight")
         text = config.read_text(encoding="utf-8")
         version = node.settings.containerd_version
@@ -194,13 +194,14 @@ class SimulatedContainerd:
 
     def restart(self, timeout: float) -> None:
         node = self.node
+        node.call("containerd restart")
         with node.lock:
             if node.faults.kills_left > 0 and node.disk_text() != node.running_text:
                 node.faults.kills_left -= 1
                 node.record("killed", "the agent died before restarting containerd")
                 raise SimulatedCrash(f"{node.name}: agent killed mid-apply")
             node.record("restart")
-            node.restarts += 1
+            node.restarted_with.append(node.disk_text())
             node.running = False
             node.running_text = None
             for sandbox in list(node.sandboxes.values()):
@@ -208,18 +209,27 @@ class SimulatedContainerd:
                 sandbox.state = "SANDBOX_NOTREADY"
         time.sleep(min(node.settings.restart_seconds, timeout))
         text = node.disk_text()
-        problem = load_problem(text, node.settings.containerd_version)
-        refused = self._refused(text) if problem is None else None
+        why = self._refusal(text)
         with node.lock:
-            if problem or refused:
-                node.record("restart-failed", problem or refused or "")
+            if why:
+                node.record("restart-failed", why)
+                if node.faults.refuse_mode == "cri":
+                    return  # the service runs; CRI never answers
                 raise ContainerdError(
                     "Restart-Service containerd failed: Failed to start service "
-                    f"'containerd (containerd)'. {problem or refused}"
+                    f"'containerd (containerd)'. {why}"
                 )
             node.running_text = text
             node.running = True
             node.record("restarted")
+
+    def _refusal(self, text: str | None) -> str | None:
+        """Why containerd does not come up with this file: it does not load, or a fault."""
+        problem = load_problem(text, self.node.settings.containerd_version)
+        if problem:
+            return problem
+        refuse = self.node.faults.refuse
+        return self._refused(text) or (refuse(text) if refuse is not None else None)
 
     def _refused(self, text: str | None) -> str | None:
         """The restart-fail fault: containerd will not start with these handlers, or with

@@ -3,46 +3,44 @@ handler containerd loaded, refused as the shim and HCS refuse them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from wcow_agent.simulator.hcs import vm_size
-
-if TYPE_CHECKING:
-    from wcow_agent.simulator.node import SimulatedNode
-
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PureWindowsPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wcow_agent.config.containerd_lines import line_for, version_tuple
-from wcow_agent.host.interfaces import (
-    CriError,
-    CriStatus,
-    SandboxStatus,
-)
+from wcow_agent.host.interfaces import CommandTimeoutError, CriError, CriStatus, SandboxStatus
+from wcow_agent.simulator.hcs import VmSize, vm_size
 from wcow_contract.runhcs_options import LOG_LEVELS, RUNHCS_OPTIONS
-from wcow_contract.windows_builds import (
-    hyperv_can_run,
-    parse_windows_build,
-    process_can_run,
-)
+from wcow_contract.windows_builds import hyperv_can_run, parse_windows_build, process_can_run
+
+if TYPE_CHECKING:
+    from wcow_agent.simulator.node import SimulatedNode
 
 SHIM = "containerd-shim-runhcs-v1.exe"
-
-
 # The only shim binary on a simulated host: beside containerd.exe, as the release ships it.
 SHIM_PATH = rf"C:\Program Files\containerd\{SHIM}"
-
-
 RUNHCS = "io.containerd.runhcs.v1"
-
-
 IMAGE_MISMATCH = (
     "hcs::CreateComputeSystem: The container operating system does not match the host "
     "operating system."
 )
+NETWORK_NOT_READY = "NetworkReady: NetworkPluginNotReady cni config uninitialized"
+LATE_SANDBOX_SECONDS = 10.0  # how long after a hung start's timeout its sandbox comes up
+
+
+@dataclass
+class Sandbox:
+    id: str
+    name: str
+    namespace: str
+    uid: str
+    handler: str
+    labels: dict[str, str]
+    state: str = "SANDBOX_READY"
+    containers: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Container id -> the ContainerConfig it was created with."""
 
 
 def honoured_options(table: Mapping[str, Any], containerd_version: str) -> dict[str, Any]:
@@ -71,12 +69,14 @@ def option_problem(options: Mapping[str, Any]) -> str | None:
 
 
 class SimulatedCri:
-    """The CRI runtime service as the canary uses it."""
+    """The CRI runtime service as the canary uses it: every call is one of the node's host
+    calls (``node.call``)."""
 
     def __init__(self, node: SimulatedNode) -> None:
         self.node = node
 
-    def _up(self) -> None:
+    def _up(self, call: str) -> None:
+        self.node.call(f"cri {call}")
         if not self.node.running:
             raise CriError(
                 "crictl: validate service connection: rpc error: code = Unavailable desc = "
@@ -85,20 +85,30 @@ class SimulatedCri:
             )
 
     def status(self, timeout: float) -> CriStatus:
-        self._up()
+        self._up("status")
         handlers = None
         if version_tuple(self.node.settings.containerd_version)[0] >= 2:
             handlers = tuple(sorted(self.node.loaded_runtimes()))
-        return CriStatus(runtime_ready=True, network_ready=True, handlers=handlers)
+        ready = self.node.network_ready
+        return CriStatus(
+            runtime_ready=True,
+            network_ready=ready,
+            message="" if ready else NETWORK_NOT_READY,
+            handlers=handlers,
+        )
 
     def run_pod_sandbox(self, config: Mapping[str, Any], handler: str, timeout: float) -> str:
         node = self.node
-        self._up()
+        self._up("runp")
         metadata = config.get("metadata") or {}
         if not metadata.get("name") or not metadata.get("namespace"):
             raise CriError(
                 "crictl runp: load podSandboxConfig: name or namespace is not in metadata"
             )
+        if node.faults.runp_hangs:
+            node.sleep(timeout + LATE_SANDBOX_SECONDS)
+            self._create(config, handler, node.loaded_runtimes().get(handler, {}))
+            raise CommandTimeoutError(f"crictl runp did not finish in {timeout:.0f} s (killed)")
         node.record("sandbox-start", handler)
         node.wait(
             node.settings.canary_seconds + node.faults.slow_canary_seconds, timeout, "crictl runp"
@@ -110,12 +120,22 @@ class SimulatedCri:
             raise CriError(
                 f"crictl runp: run pod sandbox: rpc error: code = Unknown desc = {problem}"
             )
-        table = runtimes[handler]
+        return self._create(config, handler, runtimes[handler])
+
+    def _create(self, config: Mapping[str, Any], handler: str, table: Mapping[str, Any]) -> str:
+        """The sandbox and its compute system: a utility VM for Hyper-V isolation."""
+        node = self.node
         options = honoured_options(table, node.settings.containerd_version)
+        metadata = config.get("metadata") or {}
         with node.lock:
             sandbox_id = uuid.uuid4().hex + uuid.uuid4().hex
             node.sandboxes[sandbox_id] = Sandbox(
-                sandbox_id, handler, dict(config.get("labels") or {})
+                sandbox_id,
+                str(metadata.get("name", "")),
+                str(metadata.get("namespace", "")),
+                str(metadata.get("uid", "")),
+                handler,
+                dict(config.get("labels") or {}),
             )
             system = {
                 "Id": sandbox_id,
@@ -125,8 +145,7 @@ class SimulatedCri:
                 "RuntimeOsType": "Windows",
                 "State": "Running",
             }
-            if options.get("SandboxIsolation") == 1:
-                size = vm_size(options, node.settings.logical_processors)
+            if options.get("SandboxIsolation") == 1 and not node.faults.ignore_isolation:
                 owner = (
                     PureWindowsPath(table["runtime_path"]).name
                     if table.get("runtime_path")
@@ -138,18 +157,26 @@ class SimulatedCri:
                     "Name": f"{sandbox_id}@vm",
                     "SystemType": "VirtualMachine",
                     "Owner": owner,
-                    "_size": size,
+                    "_size": self._vm_size(options),
                 }
             else:
                 node.systems[sandbox_id] = system
         return sandbox_id
+
+    def _vm_size(self, options: Mapping[str, Any]) -> VmSize:
+        """As hcsshim sizes the VM, unless a fault says what it really gets."""
+        faults = self.node.faults
+        size = vm_size(options, self.node.settings.logical_processors)
+        return VmSize(
+            faults.vm_processors or size.processors, faults.vm_memory_mb or size.memory_mb
+        )
 
     def _problem(self, handler: str, runtimes: Mapping[str, Any]) -> str | None:
         node = self.node
         if handler not in runtimes:
             return f'failed to get sandbox runtime: no runtime for "{handler}" is configured'
         table = runtimes[handler]
-        problem = _shim_problem(table)
+        problem = _shim_problem(table, node.settings.shim_paths)
         if problem:
             return problem
         options = honoured_options(table, node.settings.containerd_version)
@@ -197,12 +224,12 @@ class SimulatedCri:
         return sandbox
 
     def pod_sandbox_status(self, sandbox_id: str, timeout: float) -> SandboxStatus:
-        self._up()
+        self._up("inspectp")
         sandbox = self._get(sandbox_id)
         return SandboxStatus(sandbox.id, sandbox.state, sandbox.handler, dict(sandbox.labels))
 
     def list_pod_sandboxes(self, labels: Mapping[str, str], timeout: float) -> list[SandboxStatus]:
-        self._up()
+        self._up("pods")
         return [
             SandboxStatus(s.id, s.state, s.handler, dict(s.labels))
             for s in list(self.node.sandboxes.values())
@@ -210,14 +237,14 @@ class SimulatedCri:
         ]
 
     def stop_pod_sandbox(self, sandbox_id: str, timeout: float) -> None:
-        self._up()
+        self._up("stopp")
         self._get(sandbox_id).state = "SANDBOX_NOTREADY"
         with self.node.lock:
             self.node.systems.pop(f"{sandbox_id}@vm", None)
             self.node.systems.pop(sandbox_id, None)
 
     def remove_pod_sandbox(self, sandbox_id: str, timeout: float) -> None:
-        self._up()
+        self._up("rmp")
         with self.node.lock:
             sandbox = self.node.sandboxes.pop(sandbox_id, None)
             self.node.systems.pop(f"{sandbox_id}@vm", None)
@@ -227,7 +254,7 @@ class SimulatedCri:
         self.node.record("sandbox-removed", sandbox.handler)
 
     def pull_image(self, image: str, timeout: float) -> None:
-        self._up()
+        self._up("pull")
         problem = self._pull_problem(image)
         if problem:
             self.node.record("pull-failed", image)
@@ -236,7 +263,7 @@ class SimulatedCri:
         self.node.images[image] = self.node.image_build(image)
 
     def image_os_version(self, image: str, timeout: float) -> str | None:
-        self._up()
+        self._up("inspecti")
         build = self.node.images.get(image)
         return None if build is None else f"{build}.1"
 
@@ -247,7 +274,7 @@ class SimulatedCri:
         sandbox: Mapping[str, Any],
         timeout: float,
     ) -> str:
-        self._up()
+        self._up("create")
         owner = self._get(sandbox_id)
         image = str((container.get("image") or {}).get("image", ""))
         build = self.node.images.get(image)
@@ -262,15 +289,15 @@ class SimulatedCri:
         ):
             raise CriError(f"crictl create failed: {IMAGE_MISMATCH}")
         container_id = f"{next(self.node._ids):064x}"
-        owner.containers.add(container_id)
+        owner.containers[container_id] = container
         self.node.record("container-created", image)
         return container_id
 
     def start_container(self, container_id: str, timeout: float) -> None:
-        self._up()
+        self._up("start")
 
     def exec_sync(self, container_id: str, command: Sequence[str], timeout: float) -> str:
-        self._up()
+        self._up("exec")
         owner = next(
             (s for s in self.node.sandboxes.values() if container_id in s.containers), None
         )
@@ -283,38 +310,32 @@ class SimulatedCri:
         raise CriError(f"crictl exec: the simulated container runs no {list(command)!r}")
 
     def stop_container(self, container_id: str, timeout: float) -> None:
-        self._up()
+        self._up("stop")
 
     def remove_container(self, container_id: str, timeout: float) -> None:
-        self._up()
+        self._up("rm")
         for sandbox in list(self.node.sandboxes.values()):
             if container_id in sandbox.containers:
-                sandbox.containers.discard(container_id)
+                del sandbox.containers[container_id]
                 self.node.record("container-removed", container_id)
                 return
         raise CriError(f'crictl rm: container "{container_id}" not found')
 
 
-def _shim_problem(table: Mapping[str, Any]) -> str | None:
+def _shim_problem(table: Mapping[str, Any], installed: tuple[str, ...] | None) -> str | None:
     """Why containerd cannot start the handler's shim on a simulated host: it resolves
-    runtime_type to a binary beside itself, and stats runtime_path first when it is set."""
+    runtime_type to a binary beside itself, and stats runtime_path first when it is set.
+    ``installed`` None: every shim a handler names is there."""
+    if installed is None:
+        return None
     path = table.get("runtime_path")
     if not path:
         if table.get("runtime_type") == RUNHCS:
             return None
         return f'failed to start shim: runtime "{table.get("runtime_type")}" binary not installed'
-    if str(path).lower() == SHIM_PATH.lower():
+    if str(path).lower() in {shim.lower() for shim in installed}:
         return None
     return (
         f"failed to start shim: invalid custom binary path: CreateFile {path}: The system "
         "cannot find the path specified."
     )
-
-
-@dataclass
-class Sandbox:
-    id: str
-    handler: str
-    labels: dict[str, str]
-    state: str = "SANDBOX_READY"
-    containers: set[str] = field(default_factory=set)

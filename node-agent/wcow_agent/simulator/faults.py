@@ -4,7 +4,7 @@ of one node (changeable while it runs), and ``SimulatedCrash``, the agent proces
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 FAULT_KINDS = ("canary-fail", "restart-fail", "slow-canary", "kill-mid-apply", "pull-fail")
@@ -56,13 +56,31 @@ def parse_fault(text: str) -> Fault:
 
 @dataclass
 class Faults:
-    """What goes wrong on one node (changeable while it runs: tests flip them)."""
+    """What goes wrong on one node (changeable while it runs: tests flip them). The first
+    five come from ``--fault``; the others only tests set."""
 
     canary_fail: set[str] = field(default_factory=set)  # handlers; "*" for all
     restart_fail: set[str] = field(default_factory=set)  # handlers; "*" for any agent file
     slow_canary_seconds: float = 0.0
     kills_left: int = 0  # times the agent dies between writing config.toml and restarting
     pull_fail: set[str] = field(default_factory=set)  # image references; "*" for all
+    crash_at_call: int | None = None
+    """The agent dies at its Nth host call (``SimulatedNode.call``), and every call after it
+    dies too: the crash tests kill it at each step of an apply in turn."""
+    refuse: Callable[[str | None], str | None] | None = None
+    """Why containerd will not come up with a config.toml text (None: it will)."""
+    refuse_mode: str = "start"
+    """How a refused restart fails: "start" (the service does not start) or "cri" (it
+    starts, but CRI never answers)."""
+    runp_hangs: bool = False
+    """A sandbox start does not answer within its timeout; the sandbox comes up later all
+    the same (as containerd goes on after crictl is killed)."""
+    ignore_isolation: bool = False
+    """The shim runs a Hyper-V handler's sandbox as a process container."""
+    vm_processors: int | None = None
+    """The vCPUs a utility VM really gets, whatever was asked (None: as asked)."""
+    vm_memory_mb: int | None = None
+    """The memory a utility VM really gets, whatever was asked (None: as asked)."""
 
     @classmethod
     def for_node(cls, node: str, faults: Sequence[Fault]) -> Faults:

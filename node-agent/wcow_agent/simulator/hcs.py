@@ -3,28 +3,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from wcow_agent.host.interfaces import HcsError
 
 if TYPE_CHECKING:
     from wcow_agent.simulator.node import SimulatedNode
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
-
-from wcow_agent.host.interfaces import (
-    HcsError,
-)
-
 HCS_E_SYSTEM_NOT_FOUND = 0x8037010E
-
-
 DEFAULT_VM_MEMORY_MB = 1024
-
-
 MEMORY_ANNOTATION = "io.microsoft.virtualmachine.computetopology.memory.sizeinmb"
-
-
 PROCESSOR_ANNOTATION = "io.microsoft.virtualmachine.computetopology.processor.count"
 
 
