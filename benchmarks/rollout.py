@@ -6,7 +6,7 @@ the ideal, and what the fleet costs the API server once it is steady.
 
 Runs against the cluster KUBECONFIG points at, or else starts the project's local control
 plane (`make control-plane` builds it). Starts `wcow-operator` and N simulated Windows nodes
-running the real agent loop in this process (`wcow_agent.simulate.fleet.Fleet`, a 1 s containerd
+running the real agent loop in this process (`wcow_agent.simulator.fleet.Fleet`, a 1 s containerd
 restart and a 0.5 s canary as `wcow-agent simulate` defaults), creates one HyperV profile,
 waits until every node runs it, then changes its `vm.memoryMB` and prints, one per line:
 

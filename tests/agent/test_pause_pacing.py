@@ -4,7 +4,7 @@ The DaemonSet's rolling update moves to the next node only once the new agent po
 so /readyz stays false on a node until the pause image change the agent made there is proven
 (containerd came up with it, every handler Ready before passed its canary again), and stays
 false with the reason, the change rolled back, when it failed, until the flag changes.
-These run the real agent against the simulated Windows host (``wcow_agent.simulate``).
+These run the real agent against the simulated Windows host (``wcow_agent.simulator``).
 """
 
 from __future__ import annotations

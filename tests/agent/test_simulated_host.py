@@ -1,4 +1,4 @@
-"""The simulated Windows host (``wcow_agent.simulate.host``) under the real NodeAgent: it
+"""The simulated Windows host (``wcow_agent.simulator.node``) under the real NodeAgent: it
 must follow config.toml as containerd, CRI and HCS do, so that the agent's checks really
 pass or fail on it."""
 

@@ -1,5 +1,5 @@
 """The whole loop on one API server: the real ``wcow-operator`` process, and simulated Windows
-nodes running the real agent loop (``wcow_agent.simulate.fleet.Fleet``) in this process.
+nodes running the real agent loop (``wcow_agent.simulator.fleet.Fleet``) in this process.
 
 Everything is judged from outside, as a user would: profiles' status, Node labels and
 agent-status annotations, RuntimeClasses, and each simulated node's config.toml on its disk.

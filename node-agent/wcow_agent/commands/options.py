@@ -28,23 +28,12 @@ from wcow_contract.validation import is_dns1123_label
 from wcow_contract.windows_builds import parse_windows_build
 
 EXIT_OK = 0
-
-
 EXIT_FAILED = 1
-
-
 EXIT_USAGE = 2
-
-
 DEFAULT_NAMESPACE = "wcow-system"
 
-
 HostFactory = Callable[[argparse.Namespace, threading.Event], Host]
-
-
 ClusterFactory = Callable[[], Cluster]
-
-
 IMAGE_REFERENCE: TypeAdapter[str] = TypeAdapter(ImageReference)
 
 

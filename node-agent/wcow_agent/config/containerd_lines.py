@@ -6,8 +6,12 @@ echoes the raw table, so it cannot show the loss: only this matrix can. A handle
 needs more than the node's line honours is not eligible there (``ContainerdTooOld``), rather
 than written and labelled ready while the shim never sees part of it.
 
-Source: shared/reference/windows-runtime-facts.md, section 1 ("Version skew"), section 4
-(runtime keys per line) and section 8 (decoded with containerd's own code):
+Sources: the runhcs ``Options`` of hcsshim's ``cmd/containerd-shim-runhcs-v1/options/runhcs.proto``
+at the release each containerd vendors, and the runtime keys of containerd's
+``pkg/cri/config/config.go`` (1.6.39, 1.7.34) and ``internal/cri/config/config.go`` (2.x);
+rendered handlers were decoded with containerd's own option code (``go test -mod=vendor`` in
+containerd 1.6.39, 1.7.29, 2.0.11 and 2.1.5; 2.2.7, 2.3.4 and 2.4.0-beta.0 with their vendored
+go-toml/v2; ``tools/containerd-decode`` keeps doing so for 1.7 and 2.2):
 - containerd 1.6 (1.6.20 / 1.6.39) vendors hcsshim v0.9.8 / v0.9.12: Options fields 1-17
   only, no ``DefaultContainerAnnotations``, ``NoInheritHostTimezone``, ``ScrubLogs``;
 - containerd 1.7 vendors hcsshim v0.10 / v0.11 (1.7.34: v0.11.7): all 20 fields;

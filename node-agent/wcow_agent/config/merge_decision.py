@@ -19,18 +19,13 @@ from wcow_agent.config import toml_text
 from wcow_contract.runtime_table import RUNTIMES_PATH
 
 MARKER = "managed by wcow-agent: edit the WindowsRuntimeProfile, not this table"
-
-
 DEFAULT_RUNTIME = "runhcs-wcow-process"
-
 
 # Built-in Windows runtimes of containerd 1.x (pkg/cri/config/config_windows.go), which a
 # version-2 file loses as soon as it defines any runtime itself.
 BUILTIN_RUNTIMES_1_6: dict[str, dict[str, Any]] = {
     "runhcs-wcow-process": {"runtime_type": "io.containerd.runhcs.v1"},
 }
-
-
 BUILTIN_RUNTIMES_1_7: dict[str, dict[str, Any]] = {
     "runhcs-wcow-process": {
         "runtime_type": "io.containerd.runhcs.v1",

@@ -1,7 +1,7 @@
 """What the agent remembers on the node, next to config.toml.
 
 ``config.toml.wcow-state.json`` survives agent restarts and upgrades; it is what makes an
-apply crash-safe (see ``attempt.py``). Losing it is not fatal: ownership falls back to the
+apply crash-safe (see ``cycle/transaction.py``). Losing it is not fatal: ownership falls back to the
 marker comment on each table, and the agent assumes containerd runs the file on disk.
 
 Every change is one of ``StateJournal``'s named steps, and its ``_write`` is the one place
@@ -60,7 +60,7 @@ class Paths:
 class PauseChange:
     """A pause image change the agent made on this node (``--pause-image``), held until it
     is proven: containerd came up with it and every handler that was Ready before passed a
-    canary after it. The agent's readiness stays false meanwhile (``pausing.py``)."""
+    canary after it. The agent's readiness stays false meanwhile (``cycle/pause_change.py``)."""
 
     target: str | None
     """The value the change sets (None: the key removed, containerd's default)."""
@@ -140,7 +140,7 @@ class AgentState:
     """What that key held before the agent first set it (None: it was absent): written
     back when the agent lets go (the flag dropped, ``uninstall``)."""
     pause_change: PauseChange | None = None
-    """A pause image change not proven yet, or failed (``pausing.py``)."""
+    """A pause image change not proven yet, or failed (``cycle/pause_change.py``)."""
 
     def to_json(self) -> str:
         body: dict[str, Any] = {
@@ -255,7 +255,7 @@ class StateJournal:
         self.state.restart_pending = False
         self._write()
 
-    # -- the transaction (attempt.py) ------------------------------------------------
+    # -- the transaction (cycle/transaction.py) --------------------------------------
 
     def intend(
         self,
@@ -323,7 +323,7 @@ class StateJournal:
         self.state.adopted = dict(adopted)
         self._write()
 
-    # -- the attempt at a plan (gate.py) ---------------------------------------------
+    # -- the attempt at a plan (cycle/rollout_gate.py) -------------------------------
 
     def attempt_begun(
         self, plan: str, grant: str | None, unproven: list[str], retry: str | None
@@ -350,7 +350,7 @@ class StateJournal:
         self.state.unproven, self.state.applied_plan = unproven, applied
         self._write()
 
-    # -- the pause image (images.py, --pause-image) -----------------------------------
+    # -- the pause image (cycle/pause_change.py, --pause-image) -----------------------
 
     def pause_image_held(self, previous: str | None) -> None:
         """Before the agent first writes the pause image key: what it held (None: absent)."""
@@ -389,7 +389,7 @@ class StateJournal:
             self.state.canaried = {}
             self._write()
 
-    # -- canaries (proving.py) ---------------------------------------------------------
+    # -- canaries (cycle/proving.py) ---------------------------------------------------
 
     def canary_passed(self, handler: str, table: str) -> None:
         self.state.canaried[handler] = table

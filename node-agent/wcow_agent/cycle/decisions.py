@@ -1,9 +1,9 @@
 """The agent's decisions, pure: no I/O, no clock, no Kubernetes.
 
-``cycle.py`` and its rooms gather facts from the host and act; ``runner.py`` talks to the
-cluster. Everything that decides (whether to restart, which tables drifted, which handlers need a
-canary, what the Node's labels and status annotation become) is here and unit-tested
-without fakes.
+``node_agent.py`` and its steps gather facts from the host and act; ``loop/agent_loop.py``
+talks to the cluster. Everything that decides (whether to restart, which tables drifted,
+which handlers need a canary, what the Node's labels and status annotation become) is here
+and unit-tested without fakes.
 """
 
 from __future__ import annotations

@@ -4,10 +4,12 @@
 killed predecessor began), chooses the handlers this host can run and merges them
 (``eligibility``, ``merge``), and then:
 
-- ``gate``: whether the node may change config.toml to the plan now (paced rollout);
-- ``attempt``: the change as one transaction (preflight, write, restart, rollback);
+- ``rollout_gate``: whether the node may change config.toml to the plan now (paced rollout);
+- ``transaction``: the change as one transaction (preflight, write, restart, rollback);
 - ``proving``: a canary for each changed handler;
-- ``uninstall``: what an adoption replaced or gave back, and ``wcow-agent uninstall``.
+- ``pause_change``: a change of the pause image, held until proven;
+- ``adoptions``, ``host_cleanup``: what an adoption replaced or gave back, and
+  ``wcow-agent uninstall``.
 
 It returns a ``CycleReport``; the runner turns that into labels, status, metrics and events.
 """

@@ -1,11 +1,11 @@
 """The gate of one cycle: may this node change config.toml to the plan now, and the record of
 its attempts at a plan.
 
-``pacing.decide`` gives the verdict from data; this acts on it. A change the rollout lets in
-is an attempt: recorded on the Node first when the rollout counts on it (``Pace.announce``),
-then in the state; the plan is applied once every handler the attempt changed has passed its
-canary (``settle``). A plan that leaves config.toml as it is is taken at once. A change held
-back leaves config.toml alone and says why, per handler.
+``rollout_verdict.decide`` gives the verdict from data; this acts on it. A change the
+rollout lets in is an attempt: recorded on the Node first when the rollout counts on it
+(``Pace.announce``), then in the state; the plan is applied once every handler the attempt
+changed has passed its canary (``settle``). A plan that leaves config.toml as it is is taken
+at once. A change held back leaves config.toml alone and says why, per handler.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The operator marks a plan it paces (``runtime.wcow.dev/rollout: paced`` on the plan
 ConfigMap) and writes beside it the rollout ConfigMap naming the nodes that may change to
 that plan (``wcow_contract.rollout``). Pure: the cluster's view comes in as data, the
-verdict goes out as data; ``gate.py`` acts on it.
+verdict goes out as data; ``rollout_gate.py`` acts on it.
 
 The rules, in order:
 

@@ -3,7 +3,7 @@
 Threads: the main thread runs every reconcile (so applies never overlap); two watch threads
 follow the plan and the rollout ConfigMaps and only wake the main thread; the metrics and
 health servers answer on their own. A cycle runs when the plan changes (a paced plan that
-does not let this node in yet: within ``watch.PACED_WAKE_SPREAD_SECONDS``), when the rollout
+does not let this node in yet: within ``cluster_view.PACED_WAKE_SPREAD_SECONDS``), when the rollout
 changes what it says about this node (let in, for which plan, halted), every ``resync``
 seconds, when config.toml changed on disk (checked every ``drift_check`` seconds: something
 else rewrote it), and sooner after a cycle that asked to be retried.
@@ -116,7 +116,7 @@ class AgentLoop:
         """This node was cleaned on the plan's uninstall signal: idle until a plan with
         handlers and no signal comes (``helm uninstall`` deletes this agent meanwhile)."""
 
-    # -- the plan and the rollout (``watch.ClusterView``) ---------------------------------
+    # -- the plan and the rollout (``cluster_view.ClusterView``) --------------------------
 
     def on_plan(self, plan: PlanObject) -> None:
         self.view.on_plan(plan)

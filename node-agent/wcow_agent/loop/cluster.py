@@ -1,7 +1,7 @@
 """What the agent needs from Kubernetes: the plan and rollout ConfigMaps and its own Node.
 
-``k8s.py`` implements this with the official client (the only module that imports it);
-tests use a fake of this interface. RBAC needed (``wcow_operator.rbac``
+``kubernetes_cluster.py`` implements this with the official client (the only module that
+imports it); tests use a fake of this interface. RBAC needed (``wcow_operator.rbac``
 AGENT_*_RULES): configmaps get/list/watch in the plan's namespace (the plan and the rollout,
 by name), nodes get/patch, events create.
 """

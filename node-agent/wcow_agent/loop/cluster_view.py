@@ -59,7 +59,7 @@ class RunOptions:
     retry_seconds: float = 30.0
     startup_taint: str | None = None
     """The taint (key) this agent removes from its Node once every handler has a verdict
-    (``startup``); None: none."""
+    (``startup_taint``); None: none."""
 
 
 class ClusterView:

@@ -1,9 +1,9 @@
 """``wcow-agent simulate``: a fleet of Windows nodes without Windows.
 
 Registers N Node objects with the labels a Windows node's kubelet sets, and runs for each
-the real agent loop (``runner.AgentLoop`` over ``cycle.NodeAgent``) against an in-memory
-Windows host (``simulate/host.py``), all in one process. The operator cannot tell these
-nodes from real ones: it sees their labels and agent-status annotations.
+the real agent loop (``loop.agent_loop.AgentLoop`` over ``cycle.node_agent.NodeAgent``)
+against an in-memory Windows host (``simulator/node.py``), all in one process. The operator
+cannot tell these nodes from real ones: it sees their labels and agent-status annotations.
 
 Threads: two per node (the agent's loop and its plan watch, one watch connection each), so
 N nodes cost 2N threads and N watches on the plan ConfigMap, as N real agents would.
