@@ -20,9 +20,7 @@ from wcow_agent.commands.options import (
 from wcow_agent.cycle.canary import Canary, CanarySpec
 from wcow_agent.cycle.decisions import default_canary_image
 from wcow_agent.host.interfaces import HostError
-from wcow_agent.host.windows import (
-    default_work_dir,
-)
+from wcow_agent.host.windows import default_work_dir
 from wcow_agent.loop.plan_loading import PlanError, load_plan
 
 

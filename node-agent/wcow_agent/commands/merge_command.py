@@ -11,11 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wcow_agent.commands.options import (
-    EXIT_FAILED,
-    EXIT_OK,
-    add_adopt_flag,
-)
+from wcow_agent.commands.options import EXIT_FAILED, EXIT_OK, add_adopt_flag
 from wcow_agent.config.files import FileLock, LockedError, read_config, write_atomically
 from wcow_agent.config.merge import MergeResult, merge_config
 from wcow_agent.config.merge_decision import BUILTIN_RUNTIMES_1_6, BUILTIN_RUNTIMES_1_7, ConfigError

@@ -16,11 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from wcow_agent.simulator.faults import parse_fault
-from wcow_agent.simulator.fleet import (
-    Fleet,
-    FleetCluster,
-    FleetOptions,
-)
+from wcow_agent.simulator.fleet import Fleet, FleetCluster, FleetOptions
 from wcow_agent.simulator.node import HostSettings, JournalEntry
 from wcow_contract.windows_builds import parse_windows_build
 

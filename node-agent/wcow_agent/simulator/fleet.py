@@ -236,6 +236,3 @@ class Fleet:
             with contextlib.suppress(Exception):
                 cluster.close()
         return problems
-
-
-# -- the command -----------------------------------------------------------------------------
