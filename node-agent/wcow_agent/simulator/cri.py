@@ -76,7 +76,8 @@ class SimulatedCri:
         self.node = node
 
     def _up(self, call: str) -> None:
-        self.node.call(f"cri {call}")
+        """One CRI call (named by crictl's verb), which needs containerd up."""
+        self.node.call(call)
         if not self.node.running:
             raise CriError(
                 "crictl: validate service connection: rpc error: code = Unavailable desc = "
@@ -85,7 +86,7 @@ class SimulatedCri:
             )
 
     def status(self, timeout: float) -> CriStatus:
-        self._up("status")
+        self._up("cri status")
         handlers = None
         if version_tuple(self.node.settings.containerd_version)[0] >= 2:
             handlers = tuple(sorted(self.node.loaded_runtimes()))
@@ -99,7 +100,7 @@ class SimulatedCri:
 
     def run_pod_sandbox(self, config: Mapping[str, Any], handler: str, timeout: float) -> str:
         node = self.node
-        self._up("runp")
+        self._up("cri runp")
         metadata = config.get("metadata") or {}
         if not metadata.get("name") or not metadata.get("namespace"):
             raise CriError(
@@ -224,12 +225,12 @@ class SimulatedCri:
         return sandbox
 
     def pod_sandbox_status(self, sandbox_id: str, timeout: float) -> SandboxStatus:
-        self._up("inspectp")
+        self._up("cri inspectp")
         sandbox = self._get(sandbox_id)
         return SandboxStatus(sandbox.id, sandbox.state, sandbox.handler, dict(sandbox.labels))
 
     def list_pod_sandboxes(self, labels: Mapping[str, str], timeout: float) -> list[SandboxStatus]:
-        self._up("pods")
+        self._up("cri pods")
         return [
             SandboxStatus(s.id, s.state, s.handler, dict(s.labels))
             for s in list(self.node.sandboxes.values())
@@ -237,14 +238,14 @@ class SimulatedCri:
         ]
 
     def stop_pod_sandbox(self, sandbox_id: str, timeout: float) -> None:
-        self._up("stopp")
+        self._up("cri stopp")
         self._get(sandbox_id).state = "SANDBOX_NOTREADY"
         with self.node.lock:
             self.node.systems.pop(f"{sandbox_id}@vm", None)
             self.node.systems.pop(sandbox_id, None)
 
     def remove_pod_sandbox(self, sandbox_id: str, timeout: float) -> None:
-        self._up("rmp")
+        self._up("cri rmp")
         with self.node.lock:
             sandbox = self.node.sandboxes.pop(sandbox_id, None)
             self.node.systems.pop(f"{sandbox_id}@vm", None)
@@ -254,7 +255,7 @@ class SimulatedCri:
         self.node.record("sandbox-removed", sandbox.handler)
 
     def pull_image(self, image: str, timeout: float) -> None:
-        self._up("pull")
+        self._up("cri pull")
         problem = self._pull_problem(image)
         if problem:
             self.node.record("pull-failed", image)
@@ -263,7 +264,7 @@ class SimulatedCri:
         self.node.images[image] = self.node.image_build(image)
 
     def image_os_version(self, image: str, timeout: float) -> str | None:
-        self._up("inspecti")
+        self._up("cri inspecti")
         build = self.node.images.get(image)
         return None if build is None else f"{build}.1"
 
@@ -274,7 +275,7 @@ class SimulatedCri:
         sandbox: Mapping[str, Any],
         timeout: float,
     ) -> str:
-        self._up("create")
+        self._up("cri create")
         owner = self._get(sandbox_id)
         image = str((container.get("image") or {}).get("image", ""))
         build = self.node.images.get(image)
@@ -294,10 +295,10 @@ class SimulatedCri:
         return container_id
 
     def start_container(self, container_id: str, timeout: float) -> None:
-        self._up("start")
+        self._up("cri start")
 
     def exec_sync(self, container_id: str, command: Sequence[str], timeout: float) -> str:
-        self._up("exec")
+        self._up("cri exec")
         owner = next(
             (s for s in self.node.sandboxes.values() if container_id in s.containers), None
         )
@@ -310,10 +311,10 @@ class SimulatedCri:
         raise CriError(f"crictl exec: the simulated container runs no {list(command)!r}")
 
     def stop_container(self, container_id: str, timeout: float) -> None:
-        self._up("stop")
+        self._up("cri stop")
 
     def remove_container(self, container_id: str, timeout: float) -> None:
-        self._up("rm")
+        self._up("cri rm")
         for sandbox in list(self.node.sandboxes.values()):
             if container_id in sandbox.containers:
                 del sandbox.containers[container_id]
