@@ -198,6 +198,9 @@ def test_every_rendered_handler_decodes_in_containerd(
             "WCOW_PAUSE_CONFIG": str(paused),
             "WCOW_PAUSE_IMAGE": PAUSE,
         },
+        # fed per config.toml by test_containerd_effective.py, not here
+        "-skip",
+        "^TestEffectiveConfig$",
     )
     assert code == 0, output
     for test in (*spec.must_pass, *FAULT_TESTS):
@@ -276,17 +279,28 @@ def test_a_misspelt_key_or_wrong_type_in_rendered_handlers_fails(
     assert f'{hyperv[1]}: option "VmMemorySizeInMb" = "2048" does not decode' in output, output
 
 
-@pytest.mark.parametrize("line", sorted(LINES))
+# Each module that decodes with containerd's hcsshim and go-toml: the lines above, and the
+# 2.3 module, which decodes the handlers of whole configs it loads (test_containerd_effective.py).
+PINNED = {name: (spec.module, spec.containerd, spec.toml) for name, spec in LINES.items()} | {
+    "2.3": (
+        TOOLS / "v2.3",
+        "github.com/containerd/containerd/v2",
+        "github.com/pelletier/go-toml/v2",
+    )
+}
+
+
+@pytest.mark.parametrize("line", sorted(PINNED))
 def test_modules_decode_with_containerds_own_hcsshim_and_toml(line: str) -> None:
     """The hcsshim and go-toml the Go module builds with are the ones containerd's go.mod
     requires: a dependency that raised either would test another decoder than containerd's."""
     assert GO is not None
-    spec = LINES[line]
+    module, containerd_module, toml_module = PINNED[line]
 
     def go(*args: str) -> str:
         result = subprocess.run(
             [GO, *args],
-            cwd=spec.module,
+            cwd=module,
             capture_output=True,
             text=True,
             timeout=GO_TIMEOUT,
@@ -295,15 +309,15 @@ def test_modules_decode_with_containerds_own_hcsshim_and_toml(line: str) -> None
         assert result.returncode == 0, result.stderr
         return result.stdout
 
-    containerd = go("list", "-m", "-f", "{{.Version}}", spec.containerd).strip()
+    containerd = go("list", "-m", "-f", "{{.Version}}", containerd_module).strip()
     required = dict(
         edge.split(" ")[1].rsplit("@", 1)
         for edge in go("mod", "graph").splitlines()
-        if edge.startswith(f"{spec.containerd}@{containerd} ")
+        if edge.startswith(f"{containerd_module}@{containerd} ")
     )
-    for dependency in ("github.com/Microsoft/hcsshim", spec.toml):
+    for dependency in ("github.com/Microsoft/hcsshim", toml_module):
         selected = go("list", "-m", "-f", "{{.Version}}", dependency).strip()
         assert selected == required[dependency], (
-            f"{spec.module.name}: {dependency} {selected}, but containerd {containerd} "
+            f"{module.name}: {dependency} {selected}, but containerd {containerd} "
             f"requires {required[dependency]}"
         )

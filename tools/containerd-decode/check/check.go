@@ -17,9 +17,11 @@ const RunhcsV1 = "io.containerd.runhcs.v1"
 // Runtime is one `runtimes.<handler>` table as containerd's CRI config holds it.
 type Runtime struct {
 	Type                 string
+	Path                 string // runtime_path
 	PodAnnotations       []string
 	ContainerAnnotations []string
 	Options              map[string]any
+	Snapshotter          string // the handler's own snapshotter, if it names one
 }
 
 // Line is one containerd release line: its config loader and its option decoder.

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 
 	runhcsoptions "github.com/Microsoft/hcsshim/cmd/containerd-shim-runhcs-v1/options"
@@ -20,7 +21,7 @@ import (
 // Line is containerd 1.7 (see go.mod for the exact release and the hcsshim it pins).
 type Line struct{}
 
-var _ check.Line = Line{}
+var _ check.EffectiveLine = Line{}
 
 func (Line) Name() string { return "containerd 1.7" }
 
@@ -30,48 +31,82 @@ func (Line) Name() string { return "containerd 1.7" }
 // built here with the Type, ID and Config of pkg/cri/cri.go's init, instead of importing
 // pkg/cri (which would compile the whole CRI server for one struct).
 func (Line) LoadRuntimes(path string) (map[string]check.Runtime, error) {
-	cri, err := loadCRI(path)
+	_, cri, err := load(path)
 	if err != nil {
 		return nil, err
 	}
+	return runtimesOf(cri), nil
+}
+
+func runtimesOf(cri *criconfig.PluginConfig) map[string]check.Runtime {
 	out := map[string]check.Runtime{}
 	for name, rt := range cri.ContainerdConfig.Runtimes {
 		out[name] = check.Runtime{
 			Type:                 rt.Type,
+			Path:                 rt.Path,
 			PodAnnotations:       rt.PodAnnotations,
 			ContainerAnnotations: rt.ContainerAnnotations,
 			Options:              rt.Options,
+			Snapshotter:          rt.Snapshotter,
 		}
 	}
-	return out, nil
+	return out
 }
 
 // LoadSandboxImage is PluginConfig.SandboxImage (`sandbox_image`) as loaded above: what
 // pkg/cri/server/sandbox_run.go pulls and runs each pod sandbox from.
 func (Line) LoadSandboxImage(path string) (string, error) {
-	cri, err := loadCRI(path)
+	_, cri, err := load(path)
 	if err != nil {
 		return "", err
 	}
 	return cri.SandboxImage, nil
 }
 
-func loadCRI(path string) (*criconfig.PluginConfig, error) {
+// LoadEffective loads a root config.toml with its imports as above. LoadConfig itself
+// replaces Config.Imports with the files it read, from a map (unordered): check.LoadOrder
+// names them in merge order, and must name the same files.
+func (Line) LoadEffective(path string) (check.Effective, error) {
+	config, cri, err := load(path)
+	if err != nil {
+		return check.Effective{}, err
+	}
+	files, err := check.LoadOrder(path, toml.Unmarshal)
+	if err != nil {
+		return check.Effective{}, err
+	}
+	if !slices.Equal(slices.Sorted(slices.Values(files)), slices.Sorted(slices.Values(config.Imports))) {
+		return check.Effective{}, fmt.Errorf("containerd read %q, the walk of its imports %q",
+			config.Imports, files)
+	}
+	return check.Effective{
+		Version:            config.Version,
+		Files:              files,
+		Runtimes:           runtimesOf(cri),
+		DefaultRuntimeName: cri.ContainerdConfig.DefaultRuntimeName,
+		SandboxImage:       cri.SandboxImage,
+		Snapshotter:        cri.ContainerdConfig.Snapshotter,
+	}, nil
+}
+
+// load is srvconfig.LoadConfig over a version-1 default, as `containerd config dump` and
+// the daemon do, then the CRI plugin's table decoded into criconfig.DefaultConfig().
+func load(path string) (*srvconfig.Config, *criconfig.PluginConfig, error) {
 	config := &srvconfig.Config{Version: 1}
 	if err := srvconfig.LoadConfig(path, config); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defaults := criconfig.DefaultConfig()
 	registration := &plugin.Registration{Type: plugin.GRPCPlugin, ID: "cri", Config: &defaults}
 	decoded, err := config.Decode(registration)
 	if err != nil {
-		return nil, fmt.Errorf("decoding the CRI plugin's config: %w", err)
+		return nil, nil, fmt.Errorf("decoding the CRI plugin's config: %w", err)
 	}
 	cri, ok := decoded.(*criconfig.PluginConfig)
 	if !ok {
-		return nil, fmt.Errorf("the CRI plugin's config decoded to %T", decoded)
+		return nil, nil, fmt.Errorf("the CRI plugin's config decoded to %T", decoded)
 	}
-	return cri, nil
+	return config, cri, nil
 }
 
 // Decode is the runhcs branch of pkg/cri/server/helpers.go generateRuntimeOptions (and the

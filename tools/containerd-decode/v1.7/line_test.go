@@ -89,3 +89,6 @@ func TestCorrectOptionsPass(t *testing.T) {
 		t.Fatalf("problems with correct options: %q", problems)
 	}
 }
+
+// A root config.toml loaded with its imports, written out as JSON for the Python tests.
+func TestEffectiveConfig(t *testing.T) { check.EffectiveConfig(t, Line{}) }

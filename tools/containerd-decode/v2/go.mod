@@ -5,16 +5,16 @@ module wcow.dev/tools/containerd-decode/v2
 go 1.25.0
 
 require (
-	github.com/Microsoft/hcsshim v0.14.1
 	github.com/containerd/containerd/v2 v2.2.9
 	github.com/containerd/plugin v1.0.0
-	github.com/pelletier/go-toml/v2 v2.2.4
 	wcow.dev/tools/containerd-decode/check v0.0.0
+	wcow.dev/tools/containerd-decode/v2x v0.0.0
 )
 
 require (
 	dario.cat/mergo v1.0.2 // indirect
 	github.com/Microsoft/go-winio v0.6.2 // indirect
+	github.com/Microsoft/hcsshim v0.14.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/containerd/cgroups/v3 v3.1.2 // indirect
@@ -66,6 +66,7 @@ require (
 	github.com/opencontainers/runtime-spec v1.3.0 // indirect
 	github.com/opencontainers/runtime-tools v0.9.1-0.20251114084447-edf4cb3d2116 // indirect
 	github.com/opencontainers/selinux v1.13.1 // indirect
+	github.com/pelletier/go-toml/v2 v2.2.4 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/prometheus/client_golang v1.23.2 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
@@ -112,3 +113,5 @@ require (
 )
 
 replace wcow.dev/tools/containerd-decode/check => ../check
+
+replace wcow.dev/tools/containerd-decode/v2x => ../v2x
