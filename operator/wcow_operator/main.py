@@ -46,7 +46,8 @@ from wcow_operator.k8s.secrets import RegistrySecret
 from wcow_operator.k8s.webhooks import WebhookConfigurations
 from wcow_operator.rbac import OPERATOR_LEASE
 from wcow_operator.reconcile.core import ReconcileSettings
-from wcow_operator.registry.client import RegistryClient, credentials_from_dockerconfig
+from wcow_operator.registry.client import RegistryClient
+from wcow_operator.registry.credentials import scoped_credentials
 from wcow_operator.registry.resolver import ImageAdmission, Resolver
 from wcow_operator.render.webhooks import Endpoint
 from wcow_operator.settings import OperatorSettings, SettingsError, parse_settings
@@ -339,10 +340,16 @@ class CredentialsKeeper:
     secret: RegistrySecret
     client: RegistryClient
     every: float = 60.0
+    _problems: list[str] = field(default_factory=list)
 
     def refresh(self) -> None:
-        document = self.secret.read()
-        self.client.credentials = credentials_from_dockerconfig(document or {})
+        document, scopes = self.secret.read()
+        found, problems = scoped_credentials(document or {}, scopes)
+        if problems != self._problems:  # said once, not at every reread
+            for problem in problems:
+                log.warning("registry Secret %s: %s", self.secret.name, problem)
+            self._problems = problems
+        self.client.credentials = found
 
     def run(self, stop: threading.Event) -> Callable[[], None]:
         def loop() -> None:
