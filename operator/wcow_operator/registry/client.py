@@ -285,10 +285,10 @@ class _Lookup:
         return True
 
     def _token(self, values: Mapping[str, str], basic: str | None) -> str:
-        realm = urlsplit(values.get("realm", ""))
         try:
+            realm = urlsplit(values.get("realm", "")[:2048])
             where = parse_hostport(realm.netloc)
-        except PolicyRefusal:
+        except (ValueError, PolicyRefusal):
             raise Failed(
                 "Unauthorized", "the registry names a token service that is not a URL"
             ) from None

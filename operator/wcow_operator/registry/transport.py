@@ -153,11 +153,11 @@ class Transport:
     ) -> Answer:
         """GET ``target`` within ``deadline``, following redirects; ``authorization`` is
         (the host it is for, the header value): sent to that host only."""
-        for _ in range(MAX_REDIRECTS + 1):
+        for hops in range(MAX_REDIRECTS + 1):
             sent = dict(headers)
             if authorization is not None and authorization[0] == target.where:
                 sent["Authorization"] = authorization[1]
-            status, answer, body = self._once(target, sent, deadline, limit)
+            status, answer, body = self._once(target, sent, deadline, limit, hops)
             location = answer.get("location")
             if status not in REDIRECT_STATUSES or not location:
                 return Answer(status, answer, body, target.where)
@@ -167,17 +167,28 @@ class Transport:
         )
 
     def _redirected(self, target: Target, location: str) -> Target:
-        parts = urlsplit(urljoin(target.url(), location[:2048]))
+        """The next hop, held to the same rules as the first; a refusal names only the
+        registry the tenant wrote (where it pointed is theirs to know, not ours to confirm)."""
+        origin = shown(target.where.text(), 80)
+        try:
+            parts = urlsplit(urljoin(target.url(), location[:2048]))
+            where = parse_hostport(parts.netloc)
+        except (ValueError, PolicyRefusal):
+            raise Failed("Malformed", f"registry {origin} redirected to no valid URL") from None
         if parts.scheme not in ("https", "http"):
-            raise Failed("Malformed", "a registry redirected to another kind of address")
-        where = parse_hostport(parts.netloc)
-        self.policy.check_host(where)
+            raise Failed("Malformed", f"registry {origin} redirected to no valid URL")
+        refused = PolicyRefusal(
+            "NotAllowed",
+            f"registry {origin} redirected to an address the image checks may not read "
+            "(another host is held to the same rules: --allowed-registries, public addresses, "
+            "HTTPS unless listed as insecure)",
+        )
         if parts.scheme == "http" and self.policy.scheme(where) != "http":
-            raise PolicyRefusal(
-                "NotAllowed",
-                f"registry {shown(target.where.text(), 80)} redirected to plain HTTP, which the "
-                "image checks use only for registries listed as insecure",
-            )
+            raise refused
+        try:
+            self.policy.check_host(where)
+        except PolicyRefusal:
+            raise refused from None
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         return Target(parts.scheme, where, path)
 
@@ -200,10 +211,17 @@ class Transport:
         return addresses[0]
 
     def _once(
-        self, target: Target, headers: Mapping[str, str], deadline: float, limit: int
+        self, target: Target, headers: Mapping[str, str], deadline: float, limit: int, hops: int
     ) -> tuple[int, Mapping[str, str], bytes]:
         where = target.where
-        address = self._address(target, deadline)
+        try:
+            address = self._address(target, deadline)
+        except PolicyRefusal as refusal:
+            if not hops:
+                raise
+            raise PolicyRefusal(
+                refusal.cause, "a redirect led to an address the image checks may not read"
+            ) from None
         left = deadline - time.monotonic()
         if left <= 0:
             raise _late(where)
