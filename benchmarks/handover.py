@@ -23,8 +23,8 @@ from tests.fleet.paced import Window
 
 from wcow_agent.cluster import NodeObject, PlanObject, RolloutObject
 from wcow_agent.simulate.fleet import FleetCluster
-from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
-from wcow_contract.rollout import parse_rollout
+from wcow_contract.wire.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_contract.wire.rollout import parse_rollout
 
 
 class Recorder:

@@ -33,7 +33,7 @@ from wcow_agent import files
 from wcow_agent.files import read_config
 from wcow_agent.merge import merge_config
 from wcow_contract.errors import parse_profile
-from wcow_contract.plan import Plan, plan_for
+from wcow_contract.wire.plan import Plan, plan_for
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "tests" / "fixtures" / "configs" / "v2-containerd-1.7-default.toml"

@@ -55,7 +55,7 @@ from tests.e2e.operator_harness import (
     wait_for,
 )
 
-from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_contract.wire.agent_status import AGENT_STATUS_ANNOTATION
 
 BENCH_LABEL = "bench.wcow.dev/run"
 

@@ -263,7 +263,7 @@ def create_crd(kube: client.ApiClient) -> None:
 
 def reported(core: client.CoreV1Api) -> int:
     """Nodes whose agent has reported (its status annotation)."""
-    from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION  # noqa: PLC0415
+    from wcow_contract.wire.agent_status import AGENT_STATUS_ANNOTATION  # noqa: PLC0415
 
     nodes = core.list_node(_request_timeout=30).items
     return sum(1 for n in nodes if AGENT_STATUS_ANNOTATION in (n.metadata.annotations or {}))

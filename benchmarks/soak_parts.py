@@ -25,8 +25,8 @@ from tests.faults.harness import replica
 from tests.fleet.harness import Operator
 from tests.fleet.paced import Window
 
-from wcow_contract.hcs_annotations import ANNOTATION_PROCESSOR_COUNT
-from wcow_contract.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY, parse_rollout
+from wcow_contract.catalog.hcs_annotations import ANNOTATION_PROCESSOR_COUNT
+from wcow_contract.wire.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY, parse_rollout
 
 # --- the webhook's front --------------------------------------------------------------------
 

@@ -1,10 +1,19 @@
-"""The Node labels an agent sets and the operator reads (and RuntimeClasses select on)."""
+"""The Node labels an agent sets and the operator reads (and RuntimeClasses select on), and
+the kubelet's own labels they sit beside."""
 
 from __future__ import annotations
 
-from wcow_contract.v1alpha1 import READY_LABEL_PREFIX
-from wcow_contract.windows_builds import WindowsBuild
+from wcow_contract.catalog.windows_builds import WindowsBuild
 
+# The kubelet's well-known labels (k8s.io/api core/v1 well_known_labels.go LabelOSStable,
+# LabelArchStable); node.kubernetes.io/windows-build is the build catalog's
+# (``catalog.windows_builds.WINDOWS_BUILD_LABEL``).
+OS_LABEL = "kubernetes.io/os"
+ARCH_LABEL = "kubernetes.io/arch"
+
+READY_LABEL_PREFIX = "runtime.wcow.dev/"
+"""The API group's own prefix: ``runtime.wcow.dev/<handler>`` says the handler is ready on
+the node, and a profile may not select on it (it says ``requireReadyLabel``)."""
 READY_VALUE = "ready"
 
 

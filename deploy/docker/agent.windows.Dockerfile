@@ -10,8 +10,8 @@
 # Python is the embeddable distribution from python.org, verified with its Sigstore bundle
 # against the release manager's identity; the packages are the locked dependencies of the
 # `agent` group in pyproject.toml (win_amd64 wheels, with hashes: what wcow_agent and
-# wcow_contract import; no kopf, no cryptography) and the agent with the contract, without
-# wcow_operator.
+# wcow_contract import; no kopf, no cryptography) and the agent with the contract and
+# wcow_support, without wcow_operator.
 
 ARG BUILD_IMAGE=python:3.11.13-slim-bookworm
 ARG HOSTPROCESS_BASE=mcr.microsoft.com/oss/kubernetes/windows-host-process-containers-base-image:v1.0.0
@@ -35,9 +35,9 @@ RUN python -m sigstore verify identity --bundle /tmp/python.zip.sigstore \
  && printf 'python%s.zip\n.\nLib\\site-packages\nimport site\n' "$tag" > "/out/python/python${tag}._pth"
 COPY pyproject.toml uv.lock README.md ./
 COPY contract ./contract
+COPY support ./support
 COPY operator ./operator
 COPY node-agent ./node-agent
-COPY contract ./contract
 COPY crds ./crds
 RUN minor=$(echo "${PYTHON_VERSION}" | cut -d. -f1,2) \
  && uv export --frozen --no-dev --only-group agent --no-emit-project --format requirements-txt \
@@ -47,7 +47,7 @@ RUN minor=$(echo "${PYTHON_VERSION}" | cut -d. -f1,2) \
       --target /out/python/Lib/site-packages --require-hashes -r /tmp/requirements.txt \
  && uv pip install --python-platform x86_64-pc-windows-msvc --python-version "$minor" \
       --target /out/python/Lib/site-packages --no-deps /tmp/dist/*.whl \
- # One distribution holds all three packages: this image runs only the agent, so the
+ # One distribution holds all four packages: this image runs only the agent, so the
  # operator's package and the console-script launchers go (the agent never imports
  # wcow_operator: an import-linter contract and a test say so).
  && rm -rf /out/python/Lib/site-packages/wcow_operator \

@@ -14,9 +14,9 @@ RUN pip install uv==0.13.9
 WORKDIR /src
 COPY pyproject.toml uv.lock README.md ./
 COPY contract ./contract
+COPY support ./support
 COPY operator ./operator
 COPY node-agent ./node-agent
-COPY contract ./contract
 COPY crds ./crds
 RUN uv export --frozen --no-dev --no-emit-project --format requirements-txt -o /tmp/requirements.txt \
  && uv build --wheel --out-dir /tmp/dist \

@@ -17,7 +17,7 @@
 - ``eligibility`` + ``containerd_lines``: which handlers this host can run (build, Hyper-V,
   and what its containerd line honours: the one version matrix);
 - ``merge`` + ``tomltext``: config.toml merge (owned tables only, byte-preserving);
-- ``plan``: the plan read and checked (``wcow_contract.plan``);
+- ``plan``: the plan read and checked (``wcow_contract.wire.plan``);
 - ``host/``: the real Windows adapters behind Protocols (registry, containerd, crictl,
   computecore.dll); ``simulate/``: a Windows node in memory and ``wcow-agent simulate``;
 - ``cluster`` + ``k8s``: the Kubernetes boundary (``k8s`` is the only module importing

@@ -26,12 +26,7 @@ from wcow_agent.merge import (
 )
 from wcow_agent.state import AgentState
 from wcow_agent.tomltext import Parse
-from wcow_contract.agent_status import (
-    GUEST_BUILD_UNSUPPORTED,
-    AgentStatus,
-    HandlerState,
-    HandlerStatus,
-)
+from wcow_contract.catalog.windows_builds import parse_windows_build, process_can_run
 from wcow_contract.labels import (
     CONTAINERD_LINE_LABEL,
     GUEST_BUILD_LABEL_PREFIX,
@@ -41,8 +36,13 @@ from wcow_contract.labels import (
     guest_build_label,
     ready_label,
 )
-from wcow_contract.plan import PlanEntry
-from wcow_contract.windows_builds import parse_windows_build, process_can_run
+from wcow_contract.wire.agent_status import (
+    GUEST_BUILD_UNSUPPORTED,
+    AgentStatus,
+    HandlerState,
+    HandlerStatus,
+)
+from wcow_contract.wire.plan import PlanEntry
 
 
 @dataclass(frozen=True)

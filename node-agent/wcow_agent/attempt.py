@@ -31,7 +31,7 @@ from wcow_agent.files import read_config, write_atomically
 from wcow_agent.host.interfaces import ContainerdError, Host, HostError
 from wcow_agent.merge import MergeResult
 from wcow_agent.state import Paths, StateJournal, text_hash
-from wcow_contract.runtime_table import RUNTIMES_PATH
+from wcow_contract.wire.runtime_table import RUNTIMES_PATH
 
 CRI_POLL_SECONDS = 2.0
 NO_FILE = "none"  # state.loaded when containerd runs without a config.toml

@@ -39,7 +39,7 @@ from wcow_agent.host.interfaces import (
     HcsError,
     HostError,
 )
-from wcow_contract.plan import PlanEntry
+from wcow_contract.wire.plan import PlanEntry
 
 CANARY_NAMESPACE = "wcow-canary"
 CANARY_LABEL = "runtime.wcow.dev/canary"

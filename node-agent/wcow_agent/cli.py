@@ -57,11 +57,11 @@ from wcow_agent.simulate.fleet import add_parser as _add_simulate
 from wcow_agent.state import PRISTINE_SUFFIX, STATE_SUFFIX, Paths, StateJournal
 from wcow_agent.uninstall import UninstallError, clean_node
 from wcow_agent.watch import RunOptions
+from wcow_contract.catalog.windows_builds import parse_windows_build
 from wcow_contract.labels import STARTUP_TAINT
-from wcow_contract.support.health import HealthServer, StepHealth
 from wcow_contract.v1alpha1 import ImageReference
 from wcow_contract.validation import is_dns1123_label
-from wcow_contract.windows_builds import parse_windows_build
+from wcow_support.health import HealthServer, StepHealth
 
 EXIT_OK = 0
 EXIT_FAILED = 1

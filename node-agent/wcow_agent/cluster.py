@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from wcow_contract.uninstall import CANARY_REQUEST_ANNOTATION
+from wcow_contract.wire.uninstall import CANARY_REQUEST_ANNOTATION
 
 FIELD_MANAGER = "wcow-agent"
 __all__ = ["CANARY_REQUEST_ANNOTATION", "FIELD_MANAGER"]

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from wcow_contract.hcs_annotations import (
+from wcow_contract.catalog.hcs_annotations import (
     ANNOTATION_PHYSICALLY_BACKED,
     ANNOTATION_PROCESSOR_LIMIT,
     ANNOTATION_PROCESSOR_WEIGHT,

@@ -44,8 +44,8 @@ from wcow_agent.proving import Prover
 from wcow_agent.state import Paths, StateJournal, text_hash
 from wcow_agent.tomltext import ParseOnce
 from wcow_agent.uninstall import Uninstaller, note_adoptions
-from wcow_contract.plan import Plan, PlanEntry
-from wcow_contract.windows_builds import WindowsBuild
+from wcow_contract.catalog.windows_builds import WindowsBuild
+from wcow_contract.wire.plan import Plan, PlanEntry
 
 
 @dataclass

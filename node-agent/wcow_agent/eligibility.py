@@ -6,12 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from wcow_agent.containerd_lines import first_line_honouring, line_for, unsupported
-from wcow_contract.plan import PlanEntry
-from wcow_contract.windows_builds import (
+from wcow_contract.catalog.windows_builds import (
     WindowsBuild,
     isolation_refusal,
     parse_windows_build,
 )
+from wcow_contract.wire.plan import PlanEntry
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from wcow_agent.agent import CycleReport, HandlerOutcome, HostFacts
 from wcow_agent.merge import MergeResult
 from wcow_agent.pacing import SEEDED, Gate, Permission, decide, holds_agent_tables
 from wcow_agent.state import StateJournal, text_hash
-from wcow_contract.agent_status import CANNOT_RUN_HERE
-from wcow_contract.plan import Plan, PlanEntry
+from wcow_contract.wire.agent_status import CANNOT_RUN_HERE
+from wcow_contract.wire.plan import Plan, PlanEntry
 
 
 def _recorded(_: CycleReport) -> bool:

@@ -22,9 +22,9 @@ from wcow_agent.cluster import (
     WatchExpiredError,
 )
 from wcow_agent.pacing import is_paced
-from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_HASH_ANNOTATION, PLAN_KEY
-from wcow_contract.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY
-from wcow_contract.uninstall import UNINSTALL_ANNOTATION
+from wcow_contract.wire.plan import PLAN_CONFIGMAP, PLAN_HASH_ANNOTATION, PLAN_KEY
+from wcow_contract.wire.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY
+from wcow_contract.wire.uninstall import UNINSTALL_ANNOTATION
 
 ApiException = kubernetes.client.exceptions.ApiException
 # What a call can raise besides an answer: an error status, or no answer at all (connection

@@ -35,7 +35,7 @@ from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import Table
 
 from wcow_agent import tomltext
-from wcow_contract.runtime_table import RUNTIMES_PATH
+from wcow_contract.wire.runtime_table import RUNTIMES_PATH
 
 MARKER = "managed by wcow-agent: edit the WindowsRuntimeProfile, not this table"
 DEFAULT_RUNTIME = "runhcs-wcow-process"

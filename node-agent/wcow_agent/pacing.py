@@ -2,7 +2,7 @@
 
 The operator marks a plan it paces (``runtime.wcow.dev/rollout: paced`` on the plan
 ConfigMap) and writes beside it the rollout ConfigMap naming the nodes that may change to
-that plan (``wcow_contract.rollout``). Pure: the cluster's view comes in as data, the
+that plan (``wcow_contract.wire.rollout``). Pure: the cluster's view comes in as data, the
 verdict goes out as data; ``gate.py`` acts on it.
 
 The rules, in order:
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from wcow_agent.merge import MergeResult
-from wcow_contract.rollout import (
+from wcow_contract.wire.rollout import (
     PACED_ANNOTATION,
     PACED_VALUE,
     ROLLOUT_CONFIGMAP,

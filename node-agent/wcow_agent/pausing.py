@@ -28,7 +28,7 @@ from wcow_agent.agent import CycleReport, HostFacts, guest_build_refusal, guest_
 from wcow_agent.attempt import Failures
 from wcow_agent.images import PauseImage, wanted_pause_image
 from wcow_agent.state import AgentState, PauseChange, StateJournal
-from wcow_contract.plan import PlanEntry
+from wcow_contract.wire.plan import PlanEntry
 
 MESSAGE_MAX = 300  # of one handler's failure, quoted in the reason
 

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import json
 
-from wcow_contract.plan import PLAN_KIND, PLAN_SCHEMA_VERSION, Plan, build_plan, plan_hash
-from wcow_contract.plan_check import (
+from wcow_contract.text import shown
+from wcow_contract.wire.plan import PLAN_KIND, PLAN_SCHEMA_VERSION, Plan, build_plan, plan_hash
+from wcow_contract.wire.plan_check import (
     EntryRefusedError,
     checked_entry,
     first_difference,
     not_rendered,
 )
-from wcow_contract.text import shown
 
 
 class PlanError(ValueError):

@@ -22,8 +22,8 @@ from wcow_agent.attempt import Failures
 from wcow_agent.canary import Canary, CanarySpec
 from wcow_agent.host.interfaces import Host, HostError
 from wcow_agent.state import AgentState, StateJournal
-from wcow_contract.agent_status import HandlerState
-from wcow_contract.plan import PlanEntry
+from wcow_contract.wire.agent_status import HandlerState
+from wcow_contract.wire.plan import PlanEntry
 
 
 class Prover:

@@ -46,14 +46,14 @@ from wcow_agent.startup import lift_startup_taint
 from wcow_agent.state import StateJournal, load_state, text_hash
 from wcow_agent.uninstall import let_go
 from wcow_agent.watch import ClusterView, RunOptions
-from wcow_contract.agent_status import (
+from wcow_contract.wire.agent_status import (
     AGENT_STATUS_ANNOTATION,
     AgentStatus,
     dump_agent_status,
     parse_agent_status,
 )
-from wcow_contract.plan import Plan
-from wcow_contract.support.health import StepHealth
+from wcow_contract.wire.plan import Plan
+from wcow_support.health import StepHealth
 
 log = logging.getLogger("wcow_agent")
 

@@ -25,9 +25,9 @@ from wcow_agent.host.interfaces import Host, HostError
 from wcow_agent.images import with_pause_image
 from wcow_agent.merge import ConfigError, MergeResult
 from wcow_agent.state import AgentState, Paths, load_state, text_hash
-from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION, parse_agent_status
 from wcow_contract.text import printable
-from wcow_contract.uninstall import MAX_ERROR_CHARS, UNINSTALL_ERROR_ANNOTATION, node_cleanup
+from wcow_contract.wire.agent_status import AGENT_STATUS_ANNOTATION, parse_agent_status
+from wcow_contract.wire.uninstall import MAX_ERROR_CHARS, UNINSTALL_ERROR_ANNOTATION, node_cleanup
 
 log = logging.getLogger("wcow_agent")
 

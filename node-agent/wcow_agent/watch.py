@@ -25,8 +25,8 @@ from wcow_agent.cluster import (
 from wcow_agent.metrics import Metrics
 from wcow_agent.pacing import Permission
 from wcow_agent.plan import PlanError, load_plan
-from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_KEY, Plan
-from wcow_contract.support.retry import Backoff
+from wcow_contract.wire.plan import PLAN_CONFIGMAP, PLAN_KEY, Plan
+from wcow_support.retry import Backoff
 
 log = logging.getLogger("wcow_agent")
 

@@ -18,14 +18,14 @@ from typing import Any, NoReturn
 
 import yaml
 
+from wcow_contract.catalog.windows_builds import parse_windows_build
 from wcow_contract.condition_table import markdown_table as conditions_table
 from wcow_contract.crd import custom_resource_definition
 from wcow_contract.errors import ProfileInvalidError, parse_profile
 from wcow_contract.labels import STARTUP_TAINT
-from wcow_contract.plan import dump_plan
 from wcow_contract.reference import markdown_reference
 from wcow_contract.v1alpha1 import API_VERSION, KIND, WindowsRuntimeProfile
-from wcow_contract.windows_builds import parse_windows_build
+from wcow_contract.wire.plan import dump_plan
 from wcow_operator.reconcile.admission import Refused, admit
 from wcow_operator.reconcile.workloads import TEMPLATE_PATHS, PodSource, pods_in
 from wcow_operator.registry.client import RegistryClient

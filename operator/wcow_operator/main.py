@@ -23,8 +23,6 @@ from typing import Any, NoReturn
 
 import prometheus_client
 
-from wcow_contract.support.health import HealthServer
-from wcow_contract.support.supervisor import Supervisor
 from wcow_operator import uninstall
 from wcow_operator.controller.cache import ClusterCache
 from wcow_operator.controller.controller import Controller, Runner
@@ -51,6 +49,8 @@ from wcow_operator.registry.credentials import scoped_credentials
 from wcow_operator.registry.resolver import ImageAdmission, Resolver
 from wcow_operator.render.webhooks import Endpoint
 from wcow_operator.settings import OperatorSettings, SettingsError, parse_settings
+from wcow_support.health import HealthServer
+from wcow_support.supervisor import Supervisor
 
 log = logging.getLogger("wcow_operator")
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from wcow_contract.plan import PLAN_CONFIGMAP
-from wcow_contract.rollout import ROLLOUT_CONFIGMAP
 from wcow_contract.v1alpha1 import GROUP, PLURAL
+from wcow_contract.wire.plan import PLAN_CONFIGMAP
+from wcow_contract.wire.rollout import ROLLOUT_CONFIGMAP
 from wcow_operator.render.webhooks import WEBHOOK_CONFIGURATION
 
 OPERATOR_LEASE = "wcow-operator"

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.admission.pods import FROM_LIMITS, container, pod, profile, profiles
+from wcow_contract.catalog.hcs_annotations import ANNOTATION_MEMORY_MB as MEM
+from wcow_contract.catalog.hcs_annotations import ANNOTATION_PROCESSOR_COUNT as CPU
 from wcow_contract.quantity import NANO, parse_quantity
-from wcow_contract.v1alpha1 import ANNOTATION_MEMORY_MB as MEM
-from wcow_contract.v1alpha1 import ANNOTATION_PROCESSOR_COUNT as CPU
 from wcow_operator.reconcile.admission import (
     ANNOTATION_INVALID,
     ANNOTATION_OUT_OF_BOUNDS,

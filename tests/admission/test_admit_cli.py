@@ -11,7 +11,7 @@ import yaml
 
 from tests.admission.pods import FROM_LIMITS, container, pod, write_documents
 from tests.conftest import SAMPLES, profile_document
-from wcow_contract.hcs_annotations import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
+from wcow_contract.catalog.hcs_annotations import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
 from wcow_operator.cli import main
 
 

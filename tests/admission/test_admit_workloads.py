@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.admission.pods import container, pod, write_documents
-from wcow_contract.hcs_annotations import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
+from wcow_contract.catalog.hcs_annotations import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
 from wcow_operator.cli import main
 from wcow_operator.reconcile.workloads import TEMPLATE_PATHS, pods_in
 

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.admission.pods import FROM_LIMITS, pod, profile, profiles
-from wcow_contract import hcs_annotations as hcs
+from wcow_contract.catalog import hcs_annotations as hcs
 from wcow_contract.quantity import QuantityError, parse_quantity
 from wcow_contract.v1alpha1 import WindowsRuntimeProfile
 from wcow_operator.reconcile.admission import (

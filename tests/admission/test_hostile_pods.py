@@ -10,11 +10,11 @@ import pytest
 
 from tests.admission.pods import FROM_LIMITS, container, pod, profile, profiles
 from tests.conftest import profile_document
-from wcow_contract import hcs_annotations as hcs
+from wcow_contract.catalog import hcs_annotations as hcs
+from wcow_contract.catalog.hcs_annotations import ANNOTATION_MEMORY_MB as MEM
+from wcow_contract.catalog.hcs_annotations import ANNOTATION_PROCESSOR_COUNT as CPU
 from wcow_contract.errors import ProfileInvalidError, parse_profile
 from wcow_contract.quantity import QuantityError, canonical_quantity, parse_quantity
-from wcow_contract.v1alpha1 import ANNOTATION_MEMORY_MB as MEM
-from wcow_contract.v1alpha1 import ANNOTATION_PROCESSOR_COUNT as CPU
 from wcow_operator.reconcile.admission import (
     ANNOTATION_INVALID,
     ANNOTATION_NOT_ALLOWED,

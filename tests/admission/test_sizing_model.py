@@ -10,8 +10,8 @@ import pytest
 from tests.conftest import profile_document
 from tests.unit.test_crd import cel_accepts, pydantic_accepts
 from wcow_contract.errors import ProfileInvalidError, parse_profile
-from wcow_contract.runtime_table import runtime_table
 from wcow_contract.v1alpha1 import SIZING_ANNOTATIONS, VM_ANNOTATIONS
+from wcow_contract.wire.runtime_table import runtime_table
 
 FROM_LIMITS = {"sizing": "FromPodLimits", "maxProcessorCount": 8, "maxMemoryMB": 8192}
 

@@ -15,9 +15,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.admission.pods import FROM_LIMITS, container, pod, profile, profiles
-from wcow_contract import hcs_annotations as hcs
-from wcow_contract.v1alpha1 import ANNOTATION_MEMORY_MB as MEM
-from wcow_contract.v1alpha1 import ANNOTATION_PROCESSOR_COUNT as CPU
+from wcow_contract.catalog import hcs_annotations as hcs
+from wcow_contract.catalog.hcs_annotations import ANNOTATION_MEMORY_MB as MEM
+from wcow_contract.catalog.hcs_annotations import ANNOTATION_PROCESSOR_COUNT as CPU
 from wcow_operator.handlers.admission import TIMED_OUT, AdmissionMetrics, Decider, register
 from wcow_operator.reconcile.admission import (
     ANNOTATION_CHANGED,

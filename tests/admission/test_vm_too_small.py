@@ -8,9 +8,9 @@ import pytest
 
 from tests.admission.pods import FROM_LIMITS, container, pod, profile, profiles
 from tests.conftest import SAMPLES, profile_document
+from wcow_contract.catalog.hcs_annotations import ANNOTATION_MEMORY_MB as MEM
+from wcow_contract.catalog.hcs_annotations import ANNOTATION_PROCESSOR_COUNT as CPU
 from wcow_contract.errors import ProfileInvalidError, parse_profile
-from wcow_contract.v1alpha1 import ANNOTATION_MEMORY_MB as MEM
-from wcow_contract.v1alpha1 import ANNOTATION_PROCESSOR_COUNT as CPU
 from wcow_operator.cli import load_profiles, main
 from wcow_operator.reconcile.admission import (
     VM_TOO_SMALL,

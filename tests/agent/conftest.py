@@ -8,9 +8,9 @@ import pytest
 
 from tests.agent.fakes import CONFIGS, FakeCluster, FakeNode
 from tests.conftest import profile_document
-from wcow_contract.canonical import dump_json
 from wcow_contract.errors import parse_profile
-from wcow_contract.plan import Plan, plan_document, plan_for
+from wcow_contract.wire.canonical import dump_json
+from wcow_contract.wire.plan import Plan, plan_document, plan_for
 
 DEFAULT_17 = (CONFIGS / "v2-containerd-1.7-default.toml").read_text(encoding="utf-8")
 

@@ -41,10 +41,10 @@ from wcow_agent.host.interfaces import CommandTimeoutError, ContainerdError, Hos
 from wcow_agent.host.process import Completed
 from wcow_agent.simulate.host import effective_runtimes
 from wcow_agent.state import Paths
-from wcow_contract.canonical import dump_json
-from wcow_contract.plan import Plan, dump_plan
-from wcow_contract.runtime_table import RUNTIMES_PATH
-from wcow_contract.windows_builds import WindowsBuild
+from wcow_contract.catalog.windows_builds import WindowsBuild
+from wcow_contract.wire.canonical import dump_json
+from wcow_contract.wire.plan import Plan, dump_plan
+from wcow_contract.wire.runtime_table import RUNTIMES_PATH
 
 WIRE = Path(__file__).resolve().parent / "wire"
 CONFIGS = Path(__file__).resolve().parent.parent / "fixtures" / "configs"

@@ -18,8 +18,8 @@ from wcow_agent.cli import build_parser
 from wcow_agent.cli import main as agent_main
 from wcow_agent.merge import MARKER, merge_config
 from wcow_agent.state import load_state
-from wcow_contract.agent_status import dump_agent_status
-from wcow_contract.plan import dump_plan
+from wcow_contract.wire.agent_status import dump_agent_status
+from wcow_contract.wire.plan import dump_plan
 
 HANDLER = "runhcs-wcow-hypervisor"
 V2_PATH = ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes")

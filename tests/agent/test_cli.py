@@ -18,9 +18,9 @@ from wcow_agent.files import FileLock
 from wcow_agent.metrics import Metrics
 from wcow_agent.runner import AgentLoop
 from wcow_agent.watch import RunOptions
-from wcow_contract.plan import dump_plan
-from wcow_contract.support.health import StepHealth
+from wcow_contract.wire.plan import dump_plan
 from wcow_operator.cli import main as wcow_main
+from wcow_support.health import StepHealth
 
 
 def applied(node: FakeNode, cluster: FakeCluster) -> None:

@@ -15,10 +15,10 @@ from wcow_agent.agent import build_status
 from wcow_agent.cli import main as agent_main
 from wcow_agent.containerd_lines import LINES, line_for, release_line, unsupported
 from wcow_agent.eligibility import Host, classify_handlers
-from wcow_contract.agent_status import dump_agent_status
-from wcow_contract.plan import dump_plan
-from wcow_contract.runhcs_options import RUNHCS_OPTIONS
-from wcow_contract.windows_builds import WindowsBuild
+from wcow_contract.catalog.runhcs_options import RUNHCS_OPTIONS
+from wcow_contract.catalog.windows_builds import WindowsBuild
+from wcow_contract.wire.agent_status import dump_agent_status
+from wcow_contract.wire.plan import dump_plan
 
 DEFAULT_16 = (CONFIGS / "v2-containerd-1.6-default.toml").read_text(encoding="utf-8")
 

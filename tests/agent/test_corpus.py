@@ -25,7 +25,7 @@ from wcow_agent.host.containerd import ContainerdCli
 from wcow_agent.host.interfaces import Host
 from wcow_agent.host.process import SubprocessRunner
 from wcow_agent.merge import BUILTIN_RUNTIMES_1_6, merge_config
-from wcow_contract.runtime_table import RUNTIMES_PATH
+from wcow_contract.wire.runtime_table import RUNTIMES_PATH
 
 CORPUS = sorted(p for p in CONFIGS.glob("*.toml") if not p.name.startswith("v1"))
 PLAN = make_plan(

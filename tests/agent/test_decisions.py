@@ -28,7 +28,7 @@ from wcow_agent.host.containerd import config_version_for, parse_containerd_vers
 from wcow_agent.host.crictl import parse_info
 from wcow_agent.host.windows import build_from_registry
 from wcow_agent.state import AgentState
-from wcow_contract.agent_status import AgentStatus, dump_agent_status, parse_agent_status
+from wcow_contract.wire.agent_status import AgentStatus, dump_agent_status, parse_agent_status
 
 FACTS = HostFacts("10.0.20348", True, "1.7.20")
 

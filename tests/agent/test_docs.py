@@ -14,8 +14,8 @@ from tests.agent.fakes import FakeNode
 from wcow_agent.cli import build_parser
 from wcow_agent.cli import main as agent_main
 from wcow_agent.metrics import Metrics
-from wcow_contract.agent_status import AgentStatus, dump_agent_status
-from wcow_contract.plan import dump_plan
+from wcow_contract.wire.agent_status import AgentStatus, dump_agent_status
+from wcow_contract.wire.plan import dump_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "agent.md").read_text(encoding="utf-8")

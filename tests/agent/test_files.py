@@ -17,7 +17,7 @@ from wcow_agent.cli import main as agent_main
 from wcow_agent.files import sweep_temp_files, write_atomically
 from wcow_agent.host.filesecurity import PosixFileSecurity, platform_file_security
 from wcow_agent.plan import PlanError, load_plan
-from wcow_contract.plan import dump_plan
+from wcow_contract.wire.plan import dump_plan
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX modes and links")
 

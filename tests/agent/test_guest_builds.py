@@ -27,7 +27,7 @@ from wcow_agent.host.interfaces import CriError
 from wcow_agent.images import build_of, configured_pause_image
 from wcow_agent.simulate.host import Faults, HostSettings, SimulatedNode, parse_fault
 from wcow_agent.state import Paths
-from wcow_contract.agent_status import dump_agent_status, parse_agent_status
+from wcow_contract.wire.agent_status import dump_agent_status, parse_agent_status
 
 NANO_2019 = "mcr.microsoft.com/windows/nanoserver:ltsc2019"
 NANO_2022 = "mcr.microsoft.com/windows/nanoserver:ltsc2022"

@@ -23,7 +23,7 @@ from wcow_agent.simulate.host import (
     effective_runtimes,
 )
 from wcow_agent.state import Paths
-from wcow_contract.plan_check import EntryRefusedError, checked_entry
+from wcow_contract.wire.plan_check import EntryRefusedError, checked_entry
 
 GUEST_2019 = "node.runtime.wcow.dev/guest-build-17763"
 POOL = "pool.example.com/name"

@@ -23,8 +23,8 @@ from wcow_agent.runner import AgentLoop
 from wcow_agent.simulate.host import Faults, HostSettings, SimulatedNode
 from wcow_agent.state import AgentState, Paths, load_state
 from wcow_agent.watch import RunOptions
-from wcow_contract.rollout import Halt, Rollout
-from wcow_contract.support.health import StepHealth
+from wcow_contract.wire.rollout import Halt, Rollout
+from wcow_support.health import StepHealth
 
 NODE = "win-1"
 NS = "wcow-system"

@@ -34,8 +34,8 @@ from wcow_agent.simulate.host import (
 )
 from wcow_agent.state import AgentState, Paths, load_state
 from wcow_agent.watch import RunOptions
-from wcow_contract.plan import Plan
-from wcow_contract.support.health import StepHealth
+from wcow_contract.wire.plan import Plan
+from wcow_support.health import StepHealth
 
 # Images of the host's build (20348) and of an older guest build.
 PAUSE_2022 = "registry.example.com/pause:3.10-ltsc2022"

@@ -14,7 +14,7 @@ from tests.agent.fakes import FakeCluster
 from wcow_agent.cluster import PlanObject
 from wcow_agent.metrics import Metrics
 from wcow_agent.watch import ClusterView, RunOptions
-from wcow_contract.plan import dump_plan
+from wcow_contract.wire.plan import dump_plan
 
 
 def test_the_same_plan_text_is_checked_once_and_any_other_text_again(

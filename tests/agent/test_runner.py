@@ -24,7 +24,7 @@ from wcow_agent.metrics import Metrics
 from wcow_agent.runner import AgentLoop
 from wcow_agent.state import load_state
 from wcow_agent.watch import RunOptions
-from wcow_contract.support.health import StepHealth
+from wcow_support.health import StepHealth
 
 STATUS = "runtime.wcow.dev/agent-status"
 

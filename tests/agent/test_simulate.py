@@ -16,7 +16,7 @@ from wcow_agent.cli import build_parser
 from wcow_agent.cluster import ClusterError, NodeObject, PlanObject, RolloutObject
 from wcow_agent.simulate.fleet import Fleet, FleetCluster, FleetOptions, fleet_options
 from wcow_agent.simulate.host import HostSettings, parse_fault
-from wcow_contract.plan import dump_plan
+from wcow_contract.wire.plan import dump_plan
 
 
 class MemoryCluster:

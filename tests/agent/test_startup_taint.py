@@ -12,7 +12,7 @@ from wcow_agent.metrics import Metrics
 from wcow_agent.runner import AgentLoop
 from wcow_agent.watch import RunOptions
 from wcow_contract.labels import STARTUP_TAINT
-from wcow_contract.support.health import StepHealth
+from wcow_support.health import StepHealth
 
 STARTUP = {"key": STARTUP_TAINT, "value": "pending", "effect": "NoSchedule"}
 OTHERS = {"key": "os", "value": "windows", "effect": "NoSchedule"}

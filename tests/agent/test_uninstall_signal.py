@@ -14,8 +14,8 @@ from tests.agent.test_pause_image import PAUSE_2019
 from wcow_agent.metrics import Metrics
 from wcow_agent.runner import AgentLoop
 from wcow_agent.watch import RunOptions
-from wcow_contract.support.health import StepHealth
-from wcow_contract.uninstall import UNINSTALL_ERROR_ANNOTATION, leftovers
+from wcow_contract.wire.uninstall import UNINSTALL_ERROR_ANNOTATION, leftovers
+from wcow_support.health import StepHealth
 
 SIGNAL = "2026-11-25T04:00:00Z"
 OWN = {"kubernetes.io/os": "windows", "node.kubernetes.io/windows-build": "10.0.20348"}

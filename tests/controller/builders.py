@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from tests.conftest import profile_document
-from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_contract.wire.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_operator.reconcile.model import Observed, ObservedNode, ObservedProfile
 
 NAMESPACE = "wcow-system"

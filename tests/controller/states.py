@@ -11,7 +11,7 @@ from typing import Any
 
 from tests.controller.builders import NAMESPACE, observed, profile_body
 from tests.controller.test_reconcile import apply
-from wcow_contract.plan import PLAN_KEY
+from wcow_contract.wire.plan import PLAN_KEY
 from wcow_operator.reconcile.core import ReconcileSettings, reconcile, runtime_class_failed
 from wcow_operator.reconcile.model import Observed, ObservedNode
 

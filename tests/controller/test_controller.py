@@ -16,9 +16,8 @@ import pytest
 from tests.conftest import profile_document
 from tests.controller.builders import NAMESPACE
 from tests.controller.fake_api import FakeApi, RelistingCache
-from wcow_contract.plan import PLAN_KEY
-from wcow_contract.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY, Rollout, parse_rollout
-from wcow_contract.support.retry import Backoff
+from wcow_contract.wire.plan import PLAN_KEY
+from wcow_contract.wire.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY, Rollout, parse_rollout
 from wcow_operator.controller.cache import ClusterCache
 from wcow_operator.controller.controller import (
     HAND_OVER_CEILING_SECONDS,
@@ -35,6 +34,7 @@ from wcow_operator.main import Reconciler
 from wcow_operator.reconcile.core import ReconcileSettings
 from wcow_operator.reconcile.drain import CORDONED_BY, CORDONED_BY_VALUE
 from wcow_operator.reconcile.model import FINALIZER
+from wcow_support.retry import Backoff
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from tests.conftest import profile_document
 from tests.controller.builders import observed, profile_body
 from tests.controller.test_rollout import NEW, NOW, OLD, TIMEOUT, fleet, report, windows
 from wcow_contract.errors import ProfileInvalidError, parse_profile
-from wcow_contract.rollout import Rollout, dump_rollout, parse_rollout
 from wcow_contract.v1alpha1 import LabelSelector
+from wcow_contract.wire.rollout import Rollout, dump_rollout, parse_rollout
 from wcow_operator.reconcile.core import ReconcileSettings, reconcile
 from wcow_operator.reconcile.drain import (
     DrainOrder,

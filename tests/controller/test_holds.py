@@ -16,9 +16,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.controller.builders import profile_body
-from wcow_contract.agent_status import GUEST_BUILD_UNSUPPORTED
-from wcow_contract.plan import PLAN_KEY
-from wcow_contract.rollout import RESUME_ANNOTATION, ROLLOUT_KEY, Rollout, parse_rollout
+from wcow_contract.wire.agent_status import GUEST_BUILD_UNSUPPORTED
+from wcow_contract.wire.plan import PLAN_KEY
+from wcow_contract.wire.rollout import RESUME_ANNOTATION, ROLLOUT_KEY, Rollout, parse_rollout
 from wcow_operator.reconcile.core import Memo, ReconcileSettings, reconcile
 from wcow_operator.reconcile.holds import ROLLED_OUT_KEY, read_record
 from wcow_operator.reconcile.model import Observed, ObservedNode, ObservedProfile, Outcome

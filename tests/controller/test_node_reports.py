@@ -19,8 +19,8 @@ from pydantic import ValidationError
 
 from tests.controller.builders import observed, profile_body, windows_node
 from tests.controller.test_reconcile import condition, run
-from wcow_contract.agent_status import AgentStatus, HandlerStatus, parse_agent_status
 from wcow_contract.text import printable
+from wcow_contract.wire.agent_status import AgentStatus, HandlerStatus, parse_agent_status
 from wcow_operator.reconcile.model import ObservedNode, Outcome
 
 LTSC2022 = "10.0.20348"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.controller.builders import NAMESPACE, observed, profile_body, windows_node
-from wcow_contract.plan import PLAN_KEY, plan_document
+from wcow_contract.wire.plan import PLAN_KEY, plan_document
 from wcow_operator.reconcile.core import ReconcileSettings, reconcile
 from wcow_operator.reconcile.model import FINALIZER, Observed, ObservedNode, Outcome, Write
 

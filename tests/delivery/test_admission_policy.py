@@ -16,12 +16,12 @@ from deploy.generate import NAMESPACE, RELEASE
 from tests.conftest import profile_document
 from tests.controller.fake_api import FakeApi, RelistingCache
 from tests.delivery.helpers import find, render
-from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_contract.errors import parse_profile
 from wcow_contract.labels import STARTUP_TAINT
-from wcow_contract.plan import PLAN_CONFIGMAP, build_plan
-from wcow_contract.rollout import RESUME_ANNOTATION, ROLLOUT_CONFIGMAP
 from wcow_contract.v1alpha1 import GROUP, PLURAL, VERSION
+from wcow_contract.wire.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_contract.wire.plan import PLAN_CONFIGMAP, build_plan
+from wcow_contract.wire.rollout import RESUME_ANNOTATION, ROLLOUT_CONFIGMAP
 from wcow_operator.controller.controller import Controller
 from wcow_operator.controller.metrics import Metrics
 from wcow_operator.reconcile.core import ReconcileSettings

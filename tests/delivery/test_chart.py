@@ -25,14 +25,15 @@ from tests.delivery.helpers import (
     render_by_template,
     validate_object,
 )
-from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_contract.labels import (
     CONTAINERD_LINE_LABEL,
     GUEST_BUILD_LABEL_PREFIX,
     HYPERV_LABEL,
     NODE_LABEL_PREFIX,
+    READY_LABEL_PREFIX,
 )
-from wcow_contract.v1alpha1 import KIND, READY_LABEL_PREFIX
+from wcow_contract.v1alpha1 import KIND
+from wcow_contract.wire.agent_status import AGENT_STATUS_ANNOTATION
 
 OPERATOR = f"{RELEASE}-operator"
 AGENT = f"{RELEASE}-agent"

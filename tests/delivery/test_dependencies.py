@@ -13,8 +13,14 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 CONTRACT = ROOT / "contract" / "wcow_contract"
-PACKAGES = (CONTRACT, ROOT / "operator" / "wcow_operator", ROOT / "node-agent" / "wcow_agent")
-FIRST_PARTY = {"wcow_contract", "wcow_operator", "wcow_agent"}
+SUPPORT = ROOT / "support" / "wcow_support"
+PACKAGES = (
+    CONTRACT,
+    SUPPORT,
+    ROOT / "operator" / "wcow_operator",
+    ROOT / "node-agent" / "wcow_agent",
+)
+FIRST_PARTY = {"wcow_contract", "wcow_support", "wcow_operator", "wcow_agent"}
 
 
 def _name(requirement: str) -> str:
@@ -72,3 +78,8 @@ def test_the_readme_says_what_each_dependency_is_for() -> None:
 def test_the_contract_needs_pydantic_and_the_standard_library_only() -> None:
     """Both binaries install the contract: it must not pull either side's dependencies."""
     assert imported_modules((CONTRACT,)) == {"pydantic"}
+
+
+def test_the_plumbing_needs_the_standard_library_only() -> None:
+    """Retry, health and supervisor serve both binaries and the tests: no dependency at all."""
+    assert imported_modules((SUPPORT,)) == set()

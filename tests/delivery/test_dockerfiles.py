@@ -161,7 +161,11 @@ def test_operator_never_imports_the_agent_it_leaves_out() -> None:
 
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 LOCK = tomllib.loads((ROOT / "uv.lock").read_text(encoding="utf-8"))
-AGENT_PACKAGES = (ROOT / "contract" / "wcow_contract", ROOT / "node-agent" / "wcow_agent")
+AGENT_PACKAGES = (
+    ROOT / "contract" / "wcow_contract",
+    ROOT / "support" / "wcow_support",
+    ROOT / "node-agent" / "wcow_agent",
+)
 # What only the operator needs; the agent's image must not carry them.
 OPERATOR_ONLY = {"kopf", "cryptography"}
 
@@ -191,12 +195,12 @@ def test_agent_image_installs_the_agent_group_and_drops_the_operator() -> None:
     assert "uv export --frozen --no-dev --only-group agent --no-emit-project" in text
     assert "rm -rf /out/python/Lib/site-packages/wcow_operator " in text
     copied = {i.value.split()[0] for i in stages(AGENT)[0][1] if i.keyword == "COPY"}
-    assert {"contract", "node-agent"} <= copied
+    assert {"contract", "support", "node-agent"} <= copied
 
 
 def test_agent_group_is_what_the_agent_and_the_contract_import() -> None:
-    """The group names each third-party distribution wcow_agent or wcow_contract imports,
-    with the project's own version bounds, and nothing else."""
+    """The group names each third-party distribution wcow_agent, wcow_contract or
+    wcow_support imports, with the project's own version bounds, and nothing else."""
     from tests.delivery.test_dependencies import imported_distributions
 
     group = {_name(r): r for r in PROJECT["dependency-groups"]["agent"]}
@@ -220,7 +224,7 @@ def test_the_agent_runs_with_only_what_its_image_installs() -> None:
         for module, dists in providers.items()
         if not {_name(d) for d in dists} & allowed and module.isidentifier()
     )
-    refused = sorted({*refused, "wcow_operator"} - {"wcow_agent", "wcow_contract"})
+    refused = sorted({*refused, "wcow_operator"} - {"wcow_agent", "wcow_contract", "wcow_support"})
     script = f"""
 import importlib, importlib.abc, pkgutil, sys
 REFUSED = set({refused!r})

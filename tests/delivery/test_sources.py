@@ -13,8 +13,8 @@ from deploy.generate import CHART, NAMESPACE, RELEASE, chart_inputs, strip_helm_
 
 from tests.conftest import ROOT
 from tests.delivery.helpers import CRD_FILE, find, render
+from wcow_contract.catalog.windows_builds import WINDOWS_BUILD_PATTERN
 from wcow_contract.crd import custom_resource_definition
-from wcow_contract.windows_builds import WINDOWS_BUILD_PATTERN
 from wcow_operator import rbac
 
 RULES = {

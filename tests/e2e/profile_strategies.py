@@ -16,9 +16,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from wcow_contract import runhcs_options
+from wcow_contract.catalog import runhcs_options
+from wcow_contract.catalog.windows_builds import BUILD_ALIASES
 from wcow_contract.v1alpha1 import API_VERSION, KIND
-from wcow_contract.windows_builds import BUILD_ALIASES
 
 INT64_MAX = 2**63 - 1
 

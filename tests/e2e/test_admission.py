@@ -29,7 +29,7 @@ from tests.e2e.operator_harness import (
     wait_for,
     windows_pod,
 )
-from wcow_contract.hcs_annotations import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
+from wcow_contract.catalog.hcs_annotations import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
 from wcow_operator.render.webhooks import WEBHOOK_CONFIGURATION
 
 pytestmark = pytest.mark.e2e

@@ -40,19 +40,19 @@ from tests.e2e.operator_harness import (
 )
 from wcow_agent.cluster import ClusterError
 from wcow_agent.k8s import KubernetesCluster
-from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_contract.catalog.windows_builds import parse_windows_build
 from wcow_contract.errors import parse_profile
 from wcow_contract.labels import (
     CONTAINERD_LINE_LABEL,
     HYPERV_LABEL,
     NODE_LABEL_PREFIX,
+    READY_LABEL_PREFIX,
     STARTUP_TAINT,
     guest_build_label,
 )
-from wcow_contract.plan import PLAN_CONFIGMAP
-from wcow_contract.rollout import ROLLOUT_CONFIGMAP
-from wcow_contract.v1alpha1 import READY_LABEL_PREFIX
-from wcow_contract.windows_builds import parse_windows_build
+from wcow_contract.wire.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_contract.wire.plan import PLAN_CONFIGMAP
+from wcow_contract.wire.rollout import ROLLOUT_CONFIGMAP
 from wcow_operator import rbac
 from wcow_operator.reconcile.drain import CORDONED_BY, CORDONED_BY_VALUE
 from wcow_operator.render.runtimeclass import render_runtime_class

@@ -10,8 +10,8 @@ and then `kubectl apply` fails, or the server stores what the operator will refu
 Two kinds of refusal are the operator's alone, and only those are let through:
 - an annotation glob with a character class or an escape ('[', '\\') that no annotation key
   can match. Whether one can is a search through the glob
-  (contract/wcow_contract/annotation_patterns.py) that no regular expression of a reasonable size
-  decides, so the CRD checks the globs without either exactly;
+  (contract/wcow_contract/catalog/annotation_patterns.py) that no regular expression of a
+  reasonable size decides, so the CRD checks the globs without either exactly;
 - an overhead quantity above 2^63-1 (``1e20000000``, ``10E``): the CRD's pattern and length
   bound apply, but a value bound needs CEL's quantity library, which CRD rules on the oldest
   supported Kubernetes (1.28) lack.

@@ -30,7 +30,7 @@ from tests.e2e.operator_harness import (
     wait_for,
 )
 from wcow_contract.errors import parse_profile
-from wcow_contract.plan import plan_entry
+from wcow_contract.wire.plan import plan_entry
 from wcow_operator.render.runtimeclass import render_runtime_class
 
 pytestmark = pytest.mark.e2e

@@ -45,7 +45,7 @@ from tests.fleet.harness import View, running_fleet, running_operator
 from tests.fleet.harness import raw as read
 from wcow_agent.simulate.fleet import Fleet
 from wcow_contract.labels import CONTAINERD_LINE_LABEL, HYPERV_LABEL
-from wcow_contract.uninstall import UNINSTALL_ANNOTATION, leftovers
+from wcow_contract.wire.uninstall import UNINSTALL_ANNOTATION, leftovers
 
 pytestmark = pytest.mark.e2e
 

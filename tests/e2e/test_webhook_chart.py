@@ -54,7 +54,7 @@ from tests.e2e.test_delivery import (  # noqa: F401 - install is a fixture
     token_client,
     token_kubeconfig,
 )
-from wcow_contract.hcs_annotations import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
+from wcow_contract.catalog.hcs_annotations import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
 from wcow_operator.handlers.certificates import Authority
 from wcow_operator.render.webhooks import WEBHOOK_CONFIGURATION
 

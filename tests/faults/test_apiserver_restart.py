@@ -49,7 +49,7 @@ from tests.fleet.paced import (
     read_rollout,
     until,
 )
-from wcow_contract.hcs_annotations import ANNOTATION_PROCESSOR_COUNT
+from wcow_contract.catalog.hcs_annotations import ANNOTATION_PROCESSOR_COUNT
 
 pytestmark = [pytest.mark.e2e, *UNCLOSED_ON_KILL]
 

@@ -33,7 +33,7 @@ from tests.fleet.paced import (
     reached,
     until,
 )
-from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_contract.wire.agent_status import AGENT_STATUS_ANNOTATION
 
 pytestmark = pytest.mark.e2e
 

@@ -38,7 +38,7 @@ from tests.faults.harness import replica
 from tests.faults.pods import Burst, bursting, registered
 from tests.faults.service_front import Endpoint, ServiceFront
 from tests.fleet.harness import Operator
-from wcow_contract.hcs_annotations import ANNOTATION_PROCESSOR_COUNT
+from wcow_contract.catalog.hcs_annotations import ANNOTATION_PROCESSOR_COUNT
 
 pytestmark = [pytest.mark.e2e]
 

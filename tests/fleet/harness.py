@@ -35,8 +35,8 @@ from tests.e2e.operator_harness import (
 from wcow_agent.k8s import KubernetesCluster
 from wcow_agent.simulate.fleet import Fleet, FleetCluster, FleetOptions
 from wcow_agent.simulate.host import HostSettings, effective_runtimes, parse_fault
-from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_contract.labels import READY_VALUE, ready_label
+from wcow_contract.wire.agent_status import AGENT_STATUS_ANNOTATION
 
 TIMEOUT = 120.0
 

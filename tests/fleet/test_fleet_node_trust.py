@@ -32,9 +32,9 @@ from tests.e2e.operator_harness import (
     read_plan,
 )
 from tests.fleet.harness import View, running_fleet, running_operator
-from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_contract.catalog.windows_builds import WINDOWS_BUILD_LABEL
 from wcow_contract.labels import READY_VALUE, ready_label
-from wcow_contract.windows_builds import WINDOWS_BUILD_LABEL
+from wcow_contract.wire.agent_status import AGENT_STATUS_ANNOTATION
 
 pytestmark = pytest.mark.e2e
 

@@ -66,7 +66,7 @@ from tests.fleet.paced import (
 from tests.kstatus import compute
 from wcow_agent.simulate.fleet import Fleet
 from wcow_contract.labels import READY_VALUE, ready_label
-from wcow_contract.rollout import RESUME_ANNOTATION
+from wcow_contract.wire.rollout import RESUME_ANNOTATION
 
 pytestmark = pytest.mark.e2e
 

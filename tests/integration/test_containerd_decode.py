@@ -27,9 +27,9 @@ from wcow_agent.cli import main as agent_main
 from wcow_agent.eligibility import Host, classify_handlers
 from wcow_agent.images import SANDBOX_IMAGE_KEYS, with_pause_image
 from wcow_agent.plan import load_plan
-from wcow_contract.runhcs_options import RUNHCS_OPTIONS
-from wcow_contract.runtime_table import RUNTIMES_PATH
-from wcow_contract.windows_builds import parse_windows_build
+from wcow_contract.catalog.runhcs_options import RUNHCS_OPTIONS
+from wcow_contract.catalog.windows_builds import parse_windows_build
+from wcow_contract.wire.runtime_table import RUNTIMES_PATH
 from wcow_operator.cli import main as wcow_main
 from wcow_operator.render.containerd import render_containerd_toml
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from wcow_contract.agent_status import (
+from wcow_contract.wire.agent_status import (
     AGENT_STATUS_ANNOTATION,
     AgentStatus,
     HandlerStatus,
     dump_agent_status,
 )
-from wcow_contract.rollout import Halt, Rollout, dump_rollout
+from wcow_contract.wire.rollout import Halt, Rollout, dump_rollout
 
 __all__ = ["dump_rollout"]
 from wcow_contract.v1alpha1 import NodeFailure

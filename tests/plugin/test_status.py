@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from tests.plugin import fixtures
-from wcow_contract.rollout import Hold, dump_rollout
 from wcow_contract.v1alpha1 import NodeFailure
+from wcow_contract.wire.rollout import Hold, dump_rollout
 from wcow_operator.plugin import status, table
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from wcow_contract.support.health import HealthServer, Probe, StepHealth
+from wcow_support.health import HealthServer, Probe, StepHealth
 
 
 def _get(port: int, path: str) -> tuple[int, str]:

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from wcow_contract.support.retry import NO_DELAY, Backoff, retry
+from wcow_support.retry import NO_DELAY, Backoff, retry
 
 
 def test_delays_grow_to_their_cap_and_start_again_from_a_fresh_sequence() -> None:

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import ROOT, SAMPLES, profile_document
-from wcow_contract.annotation_patterns import pattern_problem
+from wcow_contract.catalog.annotation_patterns import pattern_problem
 from wcow_contract.crd import WHOLE_NUMBER_RULE, custom_resource_definition, openapi_schema
 from wcow_contract.errors import ProfileInvalidError, parse_profile
 from wcow_operator.cli import crd_yaml

@@ -13,16 +13,16 @@ import pytest
 
 from tests.conftest import profile_document
 from tests.unit.test_crd import cel_accepts
-from wcow_contract.annotation_patterns import pattern_problem
-from wcow_contract.crd import openapi_schema
-from wcow_contract.errors import ProfileInvalidError, parse_profile
-from wcow_contract.runhcs_options import RUNHCS_OPTIONS, check_option
-from wcow_contract.runtime_table import runtime_table
-from wcow_contract.windows_builds import (
+from wcow_contract.catalog.annotation_patterns import pattern_problem
+from wcow_contract.catalog.runhcs_options import RUNHCS_OPTIONS, check_option
+from wcow_contract.catalog.windows_builds import (
     CLIENT_ONLY_NAMES,
     WINDOWS_SERVER_RELEASES,
     parse_windows_build,
 )
+from wcow_contract.crd import openapi_schema
+from wcow_contract.errors import ProfileInvalidError, parse_profile
+from wcow_contract.wire.runtime_table import runtime_table
 
 
 def problems(**spec: Any) -> list[str]:

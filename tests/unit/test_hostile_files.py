@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from wcow_contract.plan import dump_plan
+from wcow_contract.wire.plan import dump_plan
 from wcow_operator.render.bundle import render_all
 
 BIN = Path(sys.executable).parent  # the venv's console scripts

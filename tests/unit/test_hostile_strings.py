@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import profile_document
-from wcow_contract.annotation_patterns import pattern_problem
+from wcow_contract.catalog.annotation_patterns import pattern_problem
+from wcow_contract.catalog.runhcs_options import NCPROXY_PIPE_PATTERN, default_annotations_problem
 from wcow_contract.errors import parse_profile
-from wcow_contract.runhcs_options import NCPROXY_PIPE_PATTERN, default_annotations_problem
 from wcow_contract.v1alpha1 import IMAGE_REFERENCE_PATTERN, RUNTIME_PATH_PATTERN
 from wcow_operator.render.bundle import render_all
 from wcow_operator.render.configmaps import plan_config_map

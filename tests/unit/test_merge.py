@@ -17,7 +17,7 @@ from wcow_agent.merge import (
     ConfigError,
     merge_config,
 )
-from wcow_contract.runtime_table import RUNTIMES_PATH, runtime_table
+from wcow_contract.wire.runtime_table import RUNTIMES_PATH, runtime_table
 
 CONFIGS = Path(__file__).resolve().parent.parent / "fixtures" / "configs"
 EDITABLE = sorted(p for p in CONFIGS.glob("*.toml") if not p.name.startswith("v1"))

@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import MakeProfile, profile_document
-from wcow_contract.errors import ProfileInvalidError, parse_profile
-from wcow_contract.windows_builds import (
+from wcow_contract.catalog.windows_builds import (
     OLDEST_BUILD,
     WINDOWS_BUILD_PATTERN,
     WindowsBuild,
@@ -17,6 +16,7 @@ from wcow_contract.windows_builds import (
     parse_windows_build,
     process_can_run,
 )
+from wcow_contract.errors import ProfileInvalidError, parse_profile
 
 
 def problems(name: str = "hv", **spec: Any) -> list[str]:

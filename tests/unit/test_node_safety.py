@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import profile_document
 from wcow_contract.errors import ProfileInvalidError, parse_profile
-from wcow_contract.runtime_table import runtime_table
+from wcow_contract.wire.runtime_table import runtime_table
 
 SHIM = "containerd-shim-runhcs-v1.exe"
 

@@ -11,8 +11,8 @@ import yaml
 
 from tests.conftest import SAMPLES
 from tests.unit.test_cli import run
+from wcow_contract.catalog.windows_builds import parse_windows_build
 from wcow_contract.labels import STARTUP_TAINT
-from wcow_contract.windows_builds import parse_windows_build
 from wcow_operator.cli import EXIT_INVALID, EXIT_USAGE, load_profiles
 from wcow_operator.render.node_template import (
     AZURE_LABEL_TAG,

@@ -6,8 +6,8 @@ import json
 import tomllib
 
 from tests.conftest import SAMPLES, MakeProfile
-from wcow_contract.canonical import canonical_json, canonical_object
-from wcow_contract.plan import (
+from wcow_contract.wire.canonical import canonical_json, canonical_object
+from wcow_contract.wire.plan import (
     PLAN_CONFIGMAP,
     PLAN_HASH_ANNOTATION,
     PLAN_KEY,

@@ -7,7 +7,7 @@ import tomllib
 import pytest
 
 from tests.conftest import MakeProfile
-from wcow_contract.runtime_table import RUNTIMES_PATH, runtime_table
+from wcow_contract.wire.runtime_table import RUNTIMES_PATH, runtime_table
 from wcow_operator.render.containerd import render_containerd_toml
 
 

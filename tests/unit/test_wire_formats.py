@@ -18,15 +18,15 @@ import pytest
 from tests.conftest import ROOT, SAMPLES, MakeProfile
 from wcow_agent.pacing import Permission
 from wcow_agent.plan import PlanError, load_plan
-from wcow_contract.agent_status import (
+from wcow_contract.labels import READY_VALUE, ready_label
+from wcow_contract.wire.agent_status import (
     AGENT_STATUS_ANNOTATION,
     AGENT_STATUS_SCHEMA_VERSION,
     dump_agent_status,
     parse_agent_status,
 )
-from wcow_contract.canonical import canonical_json
-from wcow_contract.labels import READY_VALUE, ready_label
-from wcow_contract.plan import (
+from wcow_contract.wire.canonical import canonical_json
+from wcow_contract.wire.plan import (
     PLAN_CONFIGMAP,
     PLAN_HASH_ANNOTATION,
     PLAN_KEY,
@@ -36,7 +36,7 @@ from wcow_contract.plan import (
     plan_entry,
     plan_hash,
 )
-from wcow_contract.rollout import (
+from wcow_contract.wire.rollout import (
     PACED_ANNOTATION,
     PACED_VALUE,
     ROLLOUT_CONFIGMAP,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from wcow_contract.windows_builds import WindowsBuild
+from wcow_contract.catalog.windows_builds import WindowsBuild
 
 
 class HostError(RuntimeError):

@@ -22,7 +22,7 @@ from wcow_agent.host.containerd import ContainerdCli
 from wcow_agent.host.crictl import WINDOWS_ENDPOINT, CrictlCri
 from wcow_agent.host.interfaces import ContainerdError, Host, HostError
 from wcow_agent.host.process import Runner, SubprocessRunner, on_windows
-from wcow_contract.windows_builds import WindowsBuild, parse_windows_build
+from wcow_contract.catalog.windows_builds import WindowsBuild, parse_windows_build
 
 CURRENT_VERSION_KEY = r"SOFTWARE\Microsoft\Windows NT\CurrentVersion"
 _SERVICE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")

@@ -46,8 +46,8 @@ from wcow_agent.simulate.host import (
 )
 from wcow_agent.state import Paths
 from wcow_agent.watch import RunOptions
-from wcow_contract.support.health import StepHealth
-from wcow_contract.windows_builds import parse_windows_build
+from wcow_contract.catalog.windows_builds import parse_windows_build
+from wcow_support.health import StepHealth
 
 log = logging.getLogger("wcow_agent.simulate")
 

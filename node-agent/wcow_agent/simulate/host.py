@@ -54,14 +54,14 @@ from wcow_agent.host.interfaces import (
 )
 from wcow_agent.images import configured_pause_image
 from wcow_agent.merge import BUILTIN_RUNTIMES_1_6, BUILTIN_RUNTIMES_1_7
-from wcow_contract.runhcs_options import LOG_LEVELS, RUNHCS_OPTIONS
-from wcow_contract.runtime_table import RUNTIMES_PATH
-from wcow_contract.windows_builds import (
+from wcow_contract.catalog.runhcs_options import LOG_LEVELS, RUNHCS_OPTIONS
+from wcow_contract.catalog.windows_builds import (
     WindowsBuild,
     hyperv_can_run,
     parse_windows_build,
     process_can_run,
 )
+from wcow_contract.wire.runtime_table import RUNTIMES_PATH
 
 SHIM = "containerd-shim-runhcs-v1.exe"
 # The only shim binary on a simulated host: beside containerd.exe, as the release ships it.

@@ -18,9 +18,9 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
-from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
-from wcow_contract.v1alpha1 import READY_LABEL_PREFIX
-from wcow_contract.windows_builds import WINDOWS_BUILD_LABEL
+from wcow_contract.catalog.windows_builds import WINDOWS_BUILD_LABEL
+from wcow_contract.labels import READY_LABEL_PREFIX
+from wcow_contract.wire.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_operator.reconcile.drain import CORDONED_BY, CORDONED_BY_VALUE
 from wcow_operator.reconcile.model import Observed, ObservedNode, ObservedProfile
 from wcow_operator.reconcile.nodes import Contribution, NodeTally, contribution

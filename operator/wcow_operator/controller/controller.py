@@ -16,11 +16,10 @@ from typing import Any
 
 from wcow_contract.condition_table import CONDITIONS
 from wcow_contract.conditions import timestamp
-from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_KEY
-from wcow_contract.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY, Rollout, parse_rollout
-from wcow_contract.support.retry import Backoff
 from wcow_contract.text import printable
 from wcow_contract.v1alpha1 import API_VERSION, KIND
+from wcow_contract.wire.plan import PLAN_CONFIGMAP, PLAN_KEY
+from wcow_contract.wire.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY, Rollout, parse_rollout
 from wcow_operator.controller.api import ApiError, ClusterApi
 from wcow_operator.controller.cache import ClusterCache, Kind
 from wcow_operator.controller.drainer import Drainer
@@ -41,6 +40,7 @@ from wcow_operator.reconcile.model import (
     Write,
 )
 from wcow_operator.reconcile.rollout import next_timeout
+from wcow_support.retry import Backoff
 
 log = logging.getLogger(__name__)
 EVENT_NAMESPACE = "default"

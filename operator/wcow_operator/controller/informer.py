@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from wcow_contract.plan import PLAN_CONFIGMAP
-from wcow_contract.rollout import ROLLOUT_CONFIGMAP
 from wcow_contract.v1alpha1 import GROUP, PLURAL, VERSION
+from wcow_contract.wire.plan import PLAN_CONFIGMAP
+from wcow_contract.wire.rollout import ROLLOUT_CONFIGMAP
 from wcow_operator.controller.api import ClusterApi, Watched, WatchExpiredError
 from wcow_operator.controller.cache import ClusterCache, kept
 

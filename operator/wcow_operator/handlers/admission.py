@@ -27,7 +27,6 @@ import kopf
 from prometheus_client import CollectorRegistry, Counter
 
 from wcow_contract.errors import ProfileInvalidError, parse_profile
-from wcow_contract.support.retry import NO_DELAY, retry
 from wcow_contract.text import shown
 from wcow_contract.v1alpha1 import WindowsRuntimeProfile
 from wcow_operator.controller.api import ApiError
@@ -55,6 +54,7 @@ from wcow_operator.render.webhooks import (
     merged_ca_bundle,
     webhook_configuration,
 )
+from wcow_support.retry import NO_DELAY, retry
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,9 @@ from typing import Any, TypeVar
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from wcow_contract.plan import PLAN_CONFIGMAP
-from wcow_contract.rollout import ROLLOUT_CONFIGMAP
-from wcow_contract.support.retry import Backoff, retry
 from wcow_contract.v1alpha1 import GROUP, PLURAL, VERSION
+from wcow_contract.wire.plan import PLAN_CONFIGMAP
+from wcow_contract.wire.rollout import ROLLOUT_CONFIGMAP
 from wcow_operator.controller.api import (
     ApiError,
     ClusterApi,
@@ -31,6 +30,7 @@ from wcow_operator.controller.api import (
     WatchExpiredError,
 )
 from wcow_operator.k8s.transport import JsonTransport, TransportError, api_error
+from wcow_support.retry import Backoff, retry
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from typing import Any, Final, TypeVar
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from wcow_contract.plan import PLAN_CONFIGMAP
-from wcow_contract.rollout import ROLLOUT_CONFIGMAP
 from wcow_contract.v1alpha1 import GROUP, PLURAL, VERSION
+from wcow_contract.wire.plan import PLAN_CONFIGMAP
+from wcow_contract.wire.rollout import ROLLOUT_CONFIGMAP
 from wcow_operator.controller.api import ApiError, Permission
 from wcow_operator.k8s.transport import JsonTransport, TransportError, api_error
 from wcow_operator.rbac import OPERATOR_LEASE

@@ -12,10 +12,11 @@ from datetime import datetime
 from functools import partial
 from typing import Any, Final, Protocol, TypeVar
 
-from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
-from wcow_contract.plan import PLAN_CONFIGMAP
-from wcow_contract.rollout import ROLLOUT_CONFIGMAP
-from wcow_contract.v1alpha1 import KIND, READY_LABEL_PREFIX
+from wcow_contract.labels import READY_LABEL_PREFIX
+from wcow_contract.v1alpha1 import KIND
+from wcow_contract.wire.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_contract.wire.plan import PLAN_CONFIGMAP
+from wcow_contract.wire.rollout import ROLLOUT_CONFIGMAP
 from wcow_operator.controller.api import ApiError
 from wcow_operator.plugin import status, table
 from wcow_operator.plugin.bundle import dump

@@ -12,22 +12,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
-from wcow_contract.agent_status import (
-    AGENT_STATUS_ANNOTATION,
-    AgentStatus,
-    failed_change,
-    parse_agent_status,
-)
+from wcow_contract.catalog.windows_builds import WINDOWS_BUILD_LABEL
 from wcow_contract.labels import (
     CONTAINERD_LINE_LABEL,
     GUEST_BUILD_LABEL_PREFIX,
     HYPERV_LABEL,
     NODE_LABEL_PREFIX,
 )
-from wcow_contract.plan import PLAN_CONFIGMAP
-from wcow_contract.rollout import ROLLOUT_CONFIGMAP, Rollout, parse_rollout
 from wcow_contract.text import printable
-from wcow_contract.windows_builds import WINDOWS_BUILD_LABEL
+from wcow_contract.wire.agent_status import (
+    AGENT_STATUS_ANNOTATION,
+    AgentStatus,
+    failed_change,
+    parse_agent_status,
+)
+from wcow_contract.wire.plan import PLAN_CONFIGMAP
+from wcow_contract.wire.rollout import ROLLOUT_CONFIGMAP, Rollout, parse_rollout
 from wcow_operator.reconcile.nodes import node_report
 from wcow_operator.reconcile.rollout import node_state
 

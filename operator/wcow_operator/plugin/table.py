@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from wcow_contract.rollout import RESUME_ANNOTATION
+from wcow_contract.wire.rollout import RESUME_ANNOTATION
 from wcow_operator.plugin.status import Report
 
 MAX_ROLLOUT_LINES: Final = 50  # nodes not done, listed with why; the rest are counted

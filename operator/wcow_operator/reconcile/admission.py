@@ -48,17 +48,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from wcow_contract import hcs_annotations as hcs
-from wcow_contract.hcs_annotations import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
-from wcow_contract.quantity import NANO, QuantityError, parse_quantity
-from wcow_contract.text import shown
-from wcow_contract.v1alpha1 import BASELINE_OVERHEAD, VMSpec, WindowsRuntimeProfile
-from wcow_contract.windows_builds import (
+from wcow_contract.catalog import hcs_annotations as hcs
+from wcow_contract.catalog.hcs_annotations import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
+from wcow_contract.catalog.windows_builds import (
     WINDOWS_BUILD_LABEL,
     WindowsBuild,
     parse_windows_build,
     process_can_run,
 )
+from wcow_contract.quantity import NANO, QuantityError, parse_quantity
+from wcow_contract.text import shown
+from wcow_contract.v1alpha1 import BASELINE_OVERHEAD, VMSpec, WindowsRuntimeProfile
 
 MIB: Final = 2**20
 ResourceName = Literal["cpu", "memory"]

@@ -16,7 +16,6 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from wcow_contract.canonical import canonical_json
 from wcow_contract.conditions import (
     NODES_READY,
     PLANNED,
@@ -30,22 +29,6 @@ from wcow_contract.conditions import (
     set_condition,
 )
 from wcow_contract.errors import ProfileInvalidError, parse_profile
-from wcow_contract.plan import (
-    PLAN_KEY,
-    Plan,
-    PlanEntry,
-    plan_entry,
-    plan_with_text,
-)
-from wcow_contract.plan_check import EntryRefusedError, checked_entry
-from wcow_contract.rollout import (
-    RESUME_ANNOTATION,
-    ROLLOUT_CONFIGMAP,
-    ROLLOUT_KEY,
-    Hold,
-    Rollout,
-    parse_rollout,
-)
 from wcow_contract.v1alpha1 import (
     Condition,
     ConditionStatus,
@@ -54,6 +37,17 @@ from wcow_contract.v1alpha1 import (
     RolloutStatus,
     WindowsRuntimeProfile,
     WindowsRuntimeProfileStatus,
+)
+from wcow_contract.wire.canonical import canonical_json
+from wcow_contract.wire.plan import PLAN_KEY, Plan, PlanEntry, plan_entry, plan_with_text
+from wcow_contract.wire.plan_check import EntryRefusedError, checked_entry
+from wcow_contract.wire.rollout import (
+    RESUME_ANNOTATION,
+    ROLLOUT_CONFIGMAP,
+    ROLLOUT_KEY,
+    Hold,
+    Rollout,
+    parse_rollout,
 )
 from wcow_operator.reconcile.drain import (
     DrainOrder,

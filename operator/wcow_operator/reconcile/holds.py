@@ -6,7 +6,7 @@ handler back. The plan it writes next has the handler's last rolled-out entry (o
 out if it never rolled out); that plan is a new rollout, paced like any other, which takes
 the failing change back off the nodes that took it and carries every other profile's
 change to every node. The hold, with the entry it puts back, lives in the rollout ConfigMap
-(``wcow_contract.rollout.Hold``), so a new leader keeps it.
+(``wcow_contract.wire.rollout.Hold``), so a new leader keeps it.
 
 Where the last rolled-out entry comes from: when the operator writes a plan, it writes beside
 it (key ``rolled-out.json`` of the plan ConfigMap, which agents do not read) the entry each
@@ -30,11 +30,11 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from wcow_contract.canonical import canonical_json
 from wcow_contract.conditions import timestamp
-from wcow_contract.plan import PlanEntry
-from wcow_contract.plan_check import EntryRefusedError, checked_entry
-from wcow_contract.rollout import Hold, Rollout
+from wcow_contract.wire.canonical import canonical_json
+from wcow_contract.wire.plan import PlanEntry
+from wcow_contract.wire.plan_check import EntryRefusedError, checked_entry
+from wcow_contract.wire.rollout import Hold, Rollout
 from wcow_operator.reconcile.rollout import (
     MAX_LISTED,
     NodeReport,

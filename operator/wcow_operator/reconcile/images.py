@@ -31,9 +31,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from wcow_contract.catalog.windows_builds import WindowsBuild, process_can_run
 from wcow_contract.text import shown
 from wcow_contract.v1alpha1 import WindowsRuntimeProfile
-from wcow_contract.windows_builds import WindowsBuild, process_can_run
 from wcow_operator.reconcile.admission import AdmissionWarning, Admitted, Decision, Refused
 
 ORIGINAL_IMAGES: Final = "runtime.wcow.dev/original-images"

@@ -23,20 +23,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from wcow_contract.agent_status import (
-    CANNOT_RUN_HERE,
-    GUEST_BUILD_UNSUPPORTED,
-    AgentStatus,
-    parse_agent_status,
-)
-from wcow_contract.labels import READY_VALUE, ready_label
-from wcow_contract.text import printable
-from wcow_contract.v1alpha1 import NodeFailure
-from wcow_contract.windows_builds import (
+from wcow_contract.catalog.windows_builds import (
     WINDOWS_BUILD_LABEL,
     WindowsBuild,
     isolation_refusal,
     parse_windows_build,
+)
+from wcow_contract.labels import READY_VALUE, ready_label
+from wcow_contract.text import printable
+from wcow_contract.v1alpha1 import NodeFailure
+from wcow_contract.wire.agent_status import (
+    CANNOT_RUN_HERE,
+    GUEST_BUILD_UNSUPPORTED,
+    AgentStatus,
+    parse_agent_status,
 )
 from wcow_operator.reconcile.model import ObservedNode
 from wcow_operator.reconcile.rollout import NodeReport

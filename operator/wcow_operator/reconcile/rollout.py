@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from wcow_contract.agent_status import failed_change
 from wcow_contract.conditions import timestamp
-from wcow_contract.rollout import Halt, Hold, Rollout
 from wcow_contract.v1alpha1 import NodeFailure
+from wcow_contract.wire.agent_status import failed_change
+from wcow_contract.wire.rollout import Halt, Hold, Rollout
 from wcow_operator.reconcile import drain as draining_
 
 NodeState = Literal["done", "applying", "failed", "waiting"]

@@ -8,11 +8,11 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
-from wcow_contract.plan import PLAN_KEY
 from wcow_contract.text import printable
-from wcow_contract.uninstall import UNINSTALL_ANNOTATION, UNINSTALL_ERROR_ANNOTATION, leftovers
 from wcow_contract.v1alpha1 import GROUP, KIND
+from wcow_contract.wire.agent_status import AGENT_STATUS_ANNOTATION
+from wcow_contract.wire.plan import PLAN_KEY
+from wcow_contract.wire.uninstall import UNINSTALL_ANNOTATION, UNINSTALL_ERROR_ANNOTATION, leftovers
 
 MAX_LISTED: Final = 50  # nodes named in the report; the rest are counted
 

@@ -7,8 +7,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wcow_contract.plan import Plan, plan_for
 from wcow_contract.v1alpha1 import WindowsRuntimeProfile as Profile
+from wcow_contract.wire.plan import Plan, plan_for
 from wcow_operator.render.containerd import render_containerd_toml
 from wcow_operator.render.runtimeclass import render_runtime_class
 

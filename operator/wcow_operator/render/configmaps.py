@@ -1,13 +1,13 @@
-"""The ConfigMaps the operator writes: the plan (``wcow_contract.plan``) and the rollout
-(``wcow_contract.rollout``), as Kubernetes objects."""
+"""The ConfigMaps the operator writes: the plan (``wcow_contract.wire.plan``) and the rollout
+(``wcow_contract.wire.rollout``), as Kubernetes objects."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from wcow_contract.canonical import canonical_json
-from wcow_contract.plan import PLAN_CONFIGMAP, PLAN_HASH_ANNOTATION, PLAN_KEY, Plan
-from wcow_contract.rollout import (
+from wcow_contract.wire.canonical import canonical_json
+from wcow_contract.wire.plan import PLAN_CONFIGMAP, PLAN_HASH_ANNOTATION, PLAN_KEY, Plan
+from wcow_contract.wire.rollout import (
     PACED_ANNOTATION,
     PACED_VALUE,
     ROLLOUT_CONFIGMAP,
@@ -44,7 +44,7 @@ def plan_config_map(
 
 
 def rollout_config_map(rollout: Rollout, namespace: str) -> dict[str, Any]:
-    """The rollout's ConfigMap (see ``wcow_contract.rollout``)."""
+    """The rollout's ConfigMap (see ``wcow_contract.wire.rollout``)."""
     text = dump_rollout(rollout)
     return {
         "apiVersion": "v1",

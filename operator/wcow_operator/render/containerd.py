@@ -1,6 +1,6 @@
 """containerd runtime handlers for the runhcs shim as TOML fragments.
 
-The table of one handler is plain data (``wcow_contract.runtime_table``); it is the same for
+The table of one handler is plain data (``wcow_contract.wire.runtime_table``); it is the same for
 every config schema version, only the path of the ``runtimes`` map differs. TOML is
 produced by a serializer (tomli-w) from that data and parsed back with tomllib before it is
 returned, so no profile value can change the document's structure.
@@ -14,7 +14,7 @@ from typing import Any
 
 import tomli_w
 
-from wcow_contract.runtime_table import CONFIG_VERSIONS, RUNTIMES_PATH
+from wcow_contract.wire.runtime_table import CONFIG_VERSIONS, RUNTIMES_PATH
 
 
 class RenderError(RuntimeError):

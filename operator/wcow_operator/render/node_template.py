@@ -23,10 +23,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from wcow_contract.labels import HYPERV_LABEL, NODE_LABEL_PREFIX
-from wcow_contract.v1alpha1 import ARCH_LABEL, OS_LABEL, READY_LABEL_PREFIX
+from wcow_contract.catalog.windows_builds import (
+    WINDOWS_BUILD_LABEL,
+    WindowsBuild,
+    isolation_refusal,
+)
+from wcow_contract.labels import (
+    ARCH_LABEL,
+    HYPERV_LABEL,
+    NODE_LABEL_PREFIX,
+    OS_LABEL,
+    READY_LABEL_PREFIX,
+)
 from wcow_contract.v1alpha1 import WindowsRuntimeProfile as Profile
-from wcow_contract.windows_builds import WINDOWS_BUILD_LABEL, WindowsBuild, isolation_refusal
 from wcow_operator.render.runtimeclass import node_selector
 
 SetBy = Literal["kubelet", "agent", "agent-capability", "node-group"]

@@ -4,16 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from wcow_contract.labels import READY_VALUE, ready_label
-from wcow_contract.v1alpha1 import (
-    API_VERSION,
-    ARCH_LABEL,
-    KIND,
-    OS_LABEL,
-    READY_LABEL_PREFIX,
-)
+from wcow_contract.catalog.windows_builds import WINDOWS_BUILD_LABEL
+from wcow_contract.labels import ARCH_LABEL, OS_LABEL, READY_LABEL_PREFIX, READY_VALUE, ready_label
+from wcow_contract.v1alpha1 import API_VERSION, KIND
 from wcow_contract.v1alpha1 import WindowsRuntimeProfile as Profile
-from wcow_contract.windows_builds import WINDOWS_BUILD_LABEL
 
 MANAGED_BY = "wcow-operator"
 PART_OF = "wcow-runtime"

@@ -1,5 +1,5 @@
 """Deterministic YAML: same data in, same bytes out, whatever the strings hold (JSON:
-``wcow_contract.canonical``)."""
+``wcow_contract.wire.canonical``)."""
 
 from __future__ import annotations
 

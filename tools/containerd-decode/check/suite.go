@@ -26,7 +26,7 @@ const (
 	// TOML parser (Python's tomllib) read them.
 	EnvMergedExpect = "WCOW_MERGED_EXPECT"
 	// EnvKnownOptions is a JSON file in plan.json's shape whose handlers set every option
-	// the project knows (wcow_contract.runhcs_options.RUNHCS_OPTIONS).
+	// the project knows (wcow_contract.catalog.runhcs_options.RUNHCS_OPTIONS).
 	EnvKnownOptions = "WCOW_KNOWN_OPTIONS"
 )
 

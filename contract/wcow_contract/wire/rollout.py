@@ -47,8 +47,8 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from wcow_contract.canonical import canonical_json
 from wcow_contract.v1alpha1 import NodeFailure
+from wcow_contract.wire.canonical import canonical_json
 
 ROLLOUT_CONFIGMAP: Final = "wcow-runtime-rollout"
 ROLLOUT_KEY: Final = "rollout.json"

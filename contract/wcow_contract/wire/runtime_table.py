@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from wcow_contract.runhcs_options import DEBUG_TYPE_ETW, DEBUG_TYPE_NPIPE
-from wcow_contract.v1alpha1 import UVM_DEFAULT_MEMORY_MB, UVM_DEFAULT_PROCESSORS
+from wcow_contract.catalog.hcs_annotations import UVM_DEFAULT_MEMORY_MB, UVM_DEFAULT_PROCESSORS
+from wcow_contract.catalog.runhcs_options import DEBUG_TYPE_ETW, DEBUG_TYPE_NPIPE
 from wcow_contract.v1alpha1 import WindowsRuntimeProfile as Profile
 
 # Where runtime handlers live, by config.toml schema version (root key ``version``).

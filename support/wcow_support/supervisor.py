@@ -10,6 +10,9 @@ with the process.
 
 A member that ends before shutdown began is lost: each loop here catches its own failures,
 so that is a bug, and ``wait`` reports it so the program exits rather than runs on without it.
+
+The supervisor lets time pass only through its ``Clock`` (waiting on an event, joining a
+thread, each for at most so long), so a test drives that time instead of sleeping through it.
 """
 
 from __future__ import annotations
@@ -18,8 +21,31 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 log = logging.getLogger(__name__)
+
+
+class Clock(Protocol):
+    """How the supervisor waits: at most ``timeout`` seconds each time."""
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        """Until ``event`` is set (True) or ``timeout`` passed (False)."""
+        ...
+
+    def join(self, thread: threading.Thread, timeout: float) -> None:
+        """Until ``thread`` ended or ``timeout`` passed."""
+        ...
+
+
+class SystemClock:
+    """The clock of the running program: the threads' own blocking waits."""
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        return event.wait(timeout)
+
+    def join(self, thread: threading.Thread, timeout: float) -> None:
+        thread.join(timeout)
 
 
 @dataclass(frozen=True)
@@ -30,7 +56,8 @@ class _Member:
 
 
 class Supervisor:
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock = clock or SystemClock()
         self.stopping = threading.Event()  # the stop flag the members' loops watch
         self._members: list[_Member] = []
         self._lock = threading.Lock()
@@ -74,7 +101,7 @@ class Supervisor:
 
     def wait(self, until: threading.Event, poll: float = 0.5) -> bool:
         """Block until ``until`` is set (True) or a member is lost (False, logged)."""
-        while not until.wait(poll):
+        while not self.clock.wait(until, poll):
             lost = self.lost()
             if lost:
                 log.error("thread %s ended on its own (see above)", ", ".join(lost))
@@ -90,7 +117,7 @@ class Supervisor:
         for member in members:
             member.stop()
             if member.thread.ident is not None:  # started
-                member.thread.join(member.grace)
+                self.clock.join(member.thread, member.grace)
         running = [m.thread.name for m in members if m.thread.is_alive()]
         if running:
             log.debug("left to end with the process: %s", ", ".join(running))

@@ -6,9 +6,14 @@ Casing is where the lines differ: containerd 1.x (go-toml v1) matches the Go fie
 all-lowercase form and its lower-first form; 2.x (go-toml v2) matches any casing. So every
 key must be the exact Go field name: a misspelt one would do nothing, and a miscased one
 would do something on some containerd lines and nothing on others (and would escape the
-checks that look options up by name). Source: hcsshim
-``cmd/containerd-shim-runhcs-v1/options/runhcs.proto`` (see the reference fact sheet,
-sections 1 and 8).
+checks that look options up by name).
+
+Sources: hcsshim ``cmd/containerd-shim-runhcs-v1/options/runhcs.proto`` at 7c9ff7f4
+(2026-08-20), and v0.9.12 to v0.15.0-rc.4 for the shims containerd's lines ship (what a shim
+reads of an option: its ``cmd/containerd-shim-runhcs-v1`` and ``internal/oci/uvm.go``); the
+decoders, run on rendered handlers: containerd v1.7.29
+``pkg/cri/server/helpers.go`` generateRuntimeOptions (go-toml v1) and v2.1.5
+``internal/cri/config/config.go`` GenerateRuntimeOptions (go-toml/v2).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from wcow_contract.hcs_annotations import default_refusal
+from wcow_contract.catalog.hcs_annotations import default_refusal
 from wcow_contract.text import KEY_CHARACTERS, shown
 
 INT32_MAX = 2**31 - 1
@@ -140,9 +145,10 @@ RUNHCS_OPTIONS: dict[str, OptionSpec] = {
     "ScrubLogs": OptionSpec(bool),
 }
 
-# What containerd's TOML decoders accept besides the exact Go name (see the fact sheet):
-# go-toml v1 (containerd 1.x) matches the exact name, all-lowercase or lower-first only;
-# go-toml v2 (containerd 2.x) matches any casing.
+# What containerd's TOML decoders accept besides the exact Go name (the decoders named
+# above, run on 1.6.39, 1.7.29, 2.0.11, 2.1.5, 2.2.7 and 2.3.4): go-toml v1 (containerd 1.x)
+# matches the exact name, all-lowercase or lower-first only; go-toml/v2 (containerd 2.x)
+# matches any casing.
 _CONTAINERD_1X_ALIASES = {
     variant: name
     for name in RUNHCS_OPTIONS

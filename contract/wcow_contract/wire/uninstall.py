@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-from wcow_contract.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_contract.labels import (
     CONTAINERD_LINE_LABEL,
     GUEST_BUILD_LABEL_PREFIX,
@@ -22,6 +21,7 @@ from wcow_contract.labels import (
     READY_VALUE,
     ready_label,
 )
+from wcow_contract.wire.agent_status import AGENT_STATUS_ANNOTATION
 
 UNINSTALL_ANNOTATION: Final = "runtime.wcow.dev/uninstall"
 """On the plan ConfigMap: the agents uninstall themselves from their nodes."""

@@ -73,6 +73,11 @@ PROCESSOR_WEIGHT_MAX: Final = 10000
 # containerd v1.7.35 pkg/cri/opts/spec_windows_opts.go), and hcsshim's ParseAnnotationsCPUWeight
 # takes the shares when the annotation is unset.
 SANDBOX_DEFAULT_WEIGHT: Final = 2
+# The size a utility VM gets when neither the processor count and memory annotations nor the
+# runhcs options VmProcessorCount and VmMemorySizeInMb set one (hcsshim internal/uvm/create.go
+# newDefaultOptions).
+UVM_DEFAULT_PROCESSORS: Final = 2
+UVM_DEFAULT_MEMORY_MB: Final = 1024
 
 
 @dataclass(frozen=True)

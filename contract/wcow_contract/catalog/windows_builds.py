@@ -1,8 +1,11 @@
 """Windows builds that container images are published for, and how they may run.
 
-Sources: hcsshim ``osversion/windowsbuilds.go`` and ``osversion/platform_compat_windows.go``,
-Microsoft's container version-compatibility matrix (see
-``shared/reference/windows-runtime-facts.md`` section 5).
+Sources: hcsshim ``osversion/windowsbuilds.go`` and ``osversion/platform_compat_windows.go``
+(CheckHostAndContainerCompat) at 7c9ff7f4 (2026-08-20); Microsoft's container
+version-compatibility matrix (MicrosoftDocs/Virtualization-Documentation
+``virtualization/windowscontainers/deploy-containers/version-compatibility.md`` at 77e0742a);
+the kubelet's ``node.kubernetes.io/windows-build`` label (kubernetes
+``pkg/kubelet/kubelet_node_status_windows.go``).
 """
 
 from __future__ import annotations

@@ -48,10 +48,10 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from wcow_contract.canonical import canonical_json, canonical_object, dump_json
-from wcow_contract.runtime_table import RUNTIMES_PATH, runtime_table
 from wcow_contract.v1alpha1 import API_VERSION
 from wcow_contract.v1alpha1 import WindowsRuntimeProfile as Profile
+from wcow_contract.wire.canonical import canonical_json, canonical_object, dump_json
+from wcow_contract.wire.runtime_table import RUNTIMES_PATH, runtime_table
 
 PLAN_KIND: Final = "RuntimePlan"
 PLAN_SCHEMA_VERSION: Final = 1

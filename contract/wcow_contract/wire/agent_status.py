@@ -34,9 +34,9 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from wcow_contract.catalog.windows_builds import WINDOWS_VERSION_PATTERN
 from wcow_contract.text import printable
 from wcow_contract.validation import DNS1123_LABEL_MAX, DNS1123_LABEL_PATTERN
-from wcow_contract.windows_builds import WINDOWS_VERSION_PATTERN
 
 AGENT_STATUS_ANNOTATION = "runtime.wcow.dev/agent-status"
 AGENT_STATUS_SCHEMA_VERSION: Final = 1
@@ -112,12 +112,12 @@ class AgentStatus(_Model):
     None when nothing waits. Optional: agents before the paced rollout never set it."""
     pause_image: Message | None = None
     """The node's pause (sandbox) image as containerd's config names it. Optional: agents
-    before issue 19 never set it."""
+    from before the guest-build labels never set it."""
     guest_builds: Annotated[list[BuildText], Field(max_length=MAX_GUEST_BUILDS)] | None = None
     """The guest builds (10.0.<build>) this node's Hyper-V pods can boot: hcsshim boots a
     utility VM from the pause image's base layer, so the pause image's build, when the host
     has Hyper-V and is not older (docs/images.md, section 3). Empty: none; None: not known
-    (the image could not be read, or an agent before issue 19)."""
+    (the image could not be read, or an agent from before the guest-build labels)."""
     updated_at: ShortText | None = None
     handlers: Annotated[dict[HandlerName, HandlerStatus], Field(max_length=MAX_HANDLERS)] = {}
 

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from wcow_contract.errors import ProfileInvalidError, parse_profile
-from wcow_contract.plan import PlanEntry, entry_document, plan_entry
 from wcow_contract.text import printable, shown
 from wcow_contract.validation import is_dns1123_label
+from wcow_contract.wire.plan import PlanEntry, entry_document, plan_entry
 
 MESSAGE_MAX = 400
 # Where a field of the profile document is in a plan entry (``entry_document``).
