@@ -366,7 +366,11 @@ def image_checks(
     images = settings.images
     if not images.resolve:
         return None, None
-    client = RegistryClient(insecure=frozenset(images.insecure_registries))
+    client = RegistryClient(
+        insecure=frozenset(images.insecure_registries),
+        allowed=images.allowed_registries,
+        ca_file=images.registry_ca_file or None,
+    )
     keeper = None
     if images.registry_secret:
         secret = RegistrySecret(api_client, settings.namespace, images.registry_secret)
