@@ -101,13 +101,12 @@ cluster-up: install
 cluster-down: install
 	@$(BIN)/python -m tests.control_plane down
 
-# Regenerate everything derived from the code: the CRD, the README's field reference, the
-# chart's CRD and RBAC files and the kustomize base (tests fail when any of them drifts).
+# Regenerate everything derived from the code: the CRD, the reference pages in docs/reference/
+# (CRD fields, operator settings, conditions, metrics), the chart's CRD and RBAC files and the
+# kustomize base (tests fail when any of them drifts).
 crds: install
 	$(BIN)/wcow crd > crds/runtime.wcow.dev_windowsruntimeprofiles.yaml
-	$(BIN)/python -c "import re,pathlib,subprocess; p=pathlib.Path('README.md'); ref=subprocess.run(['$(BIN)/wcow','crd','--reference'],capture_output=True,text=True,check=True).stdout; s=p.read_text(); a='<!-- crd-reference:start -->\n'; b='<!-- crd-reference:end -->'; p.write_text(s[:s.index(a)+len(a)]+ref+s[s.index(b):])"
-	$(BIN)/python -c "import pathlib; from wcow_operator.settings import markdown_settings; p=pathlib.Path('README.md'); s=p.read_text(); a='<!-- settings-reference:start -->\n'; b='<!-- settings-reference:end -->'; p.write_text(s[:s.index(a)+len(a)]+markdown_settings()+s[s.index(b):])"
-	$(BIN)/python -c "import pathlib,subprocess; t=subprocess.run(['$(BIN)/wcow','crd','--conditions'],capture_output=True,text=True,check=True).stdout; a='<!-- conditions:start -->\n'; b='<!-- conditions:end -->'; [p.write_text(s[:s.index(a)+len(a)]+t+s[s.index(b):]) for p in map(pathlib.Path,('README.md','docs/install.md')) for s in [p.read_text()]]"
+	$(BIN)/python tools/docs/reference.py
 	$(BIN)/python deploy/generate.py
 
 clean:

@@ -9,9 +9,10 @@ First (``--decisions-only`` for just these): the decision alone, in CPU time of 
 thread, for a pod of 100 and of 256 containers (the cap) and for hostile pods (quantities of
 1e20000000, 1000 annotations hcsshim reads), as ratios to a pod of 3 containers; and the
 longest gap a 1 ms heartbeat thread sees while hostile pods are decided, against its gap at
-rest (the interpreter lock: issue 17 measured 19 s for one pod before the bounded parser).
+rest (the interpreter lock: one hostile pod once held it for 19 s, before quantities had one
+bounded parser).
 
-With image checks (issue 19; skipped with a note when the test registry is not built): the
+With image checks (skipped with a note when the test registry is not built): the
 same pods with their images on the test registry (tests/registry.py, loopback HTTP), decided
 as the webhook does with --resolve-images (``ImageAdmission.admit``): warm (every lookup
 answered by the cache; decided inline as mutate-pods is, so the ratio is the decisions') and

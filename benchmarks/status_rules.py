@@ -1,6 +1,6 @@
 """What the whole-number CEL rule on the status's integers cost each status write: the
 operator's status PUT timed against the CRD as generated (no rule on the status) and against
-the same CRD with the rule on every status integer (as it was until 9b9540f), alternated on
+the same CRD with the rule on every status integer (as it was before this release), alternated on
 one control plane so the host's drift falls on both.
 
     .venv/bin/python benchmarks/status_rules.py [--profiles 250] [--repeats 4]

@@ -12,7 +12,7 @@ one client writes one by one, as `kubectl apply` does:
    over the same documents): a third with the operator's PUT of the status subresource, a
    third with the same PUT of that status cut to two of its eight conditions (`Valid` and
    `Ready`: what the other six, fixed by the design, cost each write), a third with the merge
-   patch it sent until 3b8e44a (for comparison);
+   patch it sent before this release (for comparison);
 3. creates the N RuntimeClasses the operator renders (its other write);
 4. deletes them and server-side applies them (the floor of converge.py).
 

@@ -176,7 +176,7 @@ def kustomize_files(rendered: dict[str, list[dict[str, Any]]]) -> dict[Path, str
         uninstall = {**kustomization, "resources": [p.name for p in _install_order(hooks)]}
         files[UNINSTALL / "kustomization.yaml"] = (
             HEADER.format(source="charts/wcow-runtime")
-            + '# The chart\'s pre-delete hook, for the kustomize base (README "Uninstall"):\n'
+            + "# The chart's pre-delete hook, for the kustomize base (docs/uninstall.md):\n"
             + "#   kubectl apply -k deploy/uninstall/\n"
             + "#   kubectl -n wcow-system wait --for=condition=Complete job/wcow-runtime-uninstall"
             + " --timeout=5m\n"

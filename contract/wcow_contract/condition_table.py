@@ -1,5 +1,5 @@
 """Every condition type a profile carries and every reason it can give, as data: the
-conditions tables of README.md and docs/install.md are rendered from it (``wcow crd
+conditions table of docs/reference/conditions.md is rendered from it (``wcow crd
 --conditions``), and tests/controller/test_kstatus.py checks that the reconcile core produces
 exactly these reasons, so neither table nor code can drift."""
 
@@ -161,7 +161,7 @@ CONDITIONS: tuple[ConditionKind, ...] = (
 
 
 def markdown_table() -> str:
-    """The conditions table of README.md and docs/install.md."""
+    """The conditions table of docs/reference/conditions.md."""
     lines = ["| type | True when | reasons |", "| --- | --- | --- |"]
     for kind in CONDITIONS:
         groups = []

@@ -424,8 +424,9 @@ PIPE = "\\|"  # a | inside a Markdown table cell
 
 
 def markdown_settings() -> str:
-    """The README's Settings table, generated from the flag definitions above (a test fails
-    when the README drifts from it): one row per flag, its help text as ``--help`` prints it."""
+    """The settings table of docs/reference/settings.md, generated from the flag definitions
+    above (a test fails when the page drifts from it): one row per flag, its help text as
+    ``--help`` prints it."""
     rows = ["| flag | what it does (environment variable, default) |", "| --- | --- |"]
     for action in _parser()._actions:  # argparse has no public list of its actions
         if not action.option_strings or action.dest == "help":

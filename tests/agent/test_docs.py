@@ -73,7 +73,8 @@ def test_the_example_status_is_what_the_agent_writes() -> None:
 def test_a_missing_config_toml_is_described_as_the_agent_treats_it(tmp_path: Path) -> None:
     """``run`` seeds a missing config.toml from the node's own ``containerd config default``
     (what containerd runs with when there is no file) once it has a table to add; the
-    offline ``merge`` has no containerd to ask and refuses. README and docs say so."""
+    offline ``merge`` has no containerd to ask and refuses. docs/profiles.md and docs/agent.md
+    say so."""
 
     node = FakeNode(tmp_path)
     node.agent().reconcile(make_plan(hyperv()))
@@ -86,8 +87,8 @@ def test_a_missing_config_toml_is_described_as_the_agent_treats_it(tmp_path: Pat
     assert agent_main(merge) == 1
     assert not missing.exists()
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "A missing config.toml is never created" not in readme
-    for text in (" ".join(readme.split()), " ".join(DOC.split())):
+    profiles = (ROOT / "docs" / "profiles.md").read_text(encoding="utf-8")
+    assert "A missing config.toml is never created" not in profiles
+    for text in (" ".join(profiles.split()), " ".join(DOC.split())):
         assert "seeded from the node's own `containerd config default`" in text
         assert "`merge` refuses a missing file" in text

@@ -1,5 +1,5 @@
 """Runtime dependencies: each one declared is imported by the code, each third-party module the
-code imports is declared, and the README says what each one is for (issue 12, point 10)."""
+code imports is declared, and CONTRIBUTING.md says what each one is for (issue 12, point 10)."""
 
 from __future__ import annotations
 
@@ -66,9 +66,9 @@ def test_every_imported_third_party_module_is_declared() -> None:
     assert not undeclared, f"imported but not declared in pyproject.toml: {sorted(undeclared)}"
 
 
-def test_the_readme_says_what_each_dependency_is_for() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Dependencies\n", 1)[1].split("\n## ", 1)[0]
+def test_contributing_says_what_each_dependency_is_for() -> None:
+    guide = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    section = guide.split("\n## Dependencies\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `([^`]+)` \| ([^|]+?) \|$", section, flags=re.MULTILINE)
     listed = {_name(name): purpose for name, purpose in rows}
     assert set(listed) == declared()

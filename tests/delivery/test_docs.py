@@ -39,8 +39,17 @@ def test_argo_cd_application_installs_this_chart_with_valid_values() -> None:
 
 
 def test_every_set_flag_in_the_docs_is_a_chart_value() -> None:
+    places = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    found = [
+        (key, value)
+        for path in places
+        for key, value in re.findall(r"--set ([\w.]+)=(\w+)", path.read_text(encoding="utf-8"))
+    ]
+    # The install guide's own example must be among them: a pattern that matches nothing
+    # would pass without checking anything.
+    assert ("profiles.create", "true") in found, "the `--set` pattern finds nothing in the docs"
     with helm_python.Chart.load(CHART) as chart:
-        for key, value in re.findall(r"--set ([\w.]+)=(\w+)", DOC.read_text(encoding="utf-8")):
+        for key, value in found:
             chart.validate_schema(helm_python.parse_set_string(f"{key}={value}"))
 
 
@@ -87,7 +96,12 @@ def test_every_make_target_the_docs_name_exists() -> None:
     control plane's build script once told people to run a `make cluster-clean` there is not)."""
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     targets = set(re.findall(r"^([a-z][a-z0-9-]*):", makefile, flags=re.MULTILINE))
-    places = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "tools").rglob("*.sh")]
+    places = [
+        *(ROOT / name for name in ("README.md", "CHANGELOG.md", "CONTRIBUTING.md")),
+        *(ROOT / "docs").rglob("*.md"),
+        ROOT / "benchmarks" / "README.md",
+        *(ROOT / "tools").rglob("*.sh"),
+    ]
     named = {
         (path.relative_to(ROOT).as_posix(), target)
         for path in places

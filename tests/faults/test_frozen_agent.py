@@ -1,6 +1,6 @@
 """An agent frozen (SIGSTOP) while it holds the rollout's permission, as a Windows node
 that hangs mid-apply: the rollout waits for it only --rollout-timeout-seconds, then halts
-as the README says (RolledOut=False RolloutHalted naming the node, nobody new let in);
+as docs/rollout.md says (RolledOut=False RolloutHalted naming the node, nobody new let in);
 once the agent runs again (SIGCONT) it finishes and reports, and the resume annotation lets
 the rest of the fleet in. The frozen agent runs as ``wcow-agent simulate`` in a process of
 its own; its host steps go to a journal file.

@@ -3,7 +3,7 @@ for 5 minutes on a control plane of its own, with faults from this suite drawn a
 (a fixed seed), must hold every bound (no error in the logs that a fault does not explain, no
 failed admission outside an API-server outage, no node applying without permission, the
 operator's RSS, threads and open files flat) and print its figures in the documented form.
-The 60-minute run is in the README's Benchmarks section."""
+The 60-minute run is in benchmarks/README.md."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The chart's alerting rules (charts/wcow-runtime/files/prometheus-rules.yaml): valid for
 Prometheus, each alert unit-tested with promtool firing and not firing, on metrics the code
-really exports, with a runbook in docs/install.md."""
+really exports, with a runbook in docs/runbooks.md."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from tests.monitoring.exported import exported, used
 
 RULES = ROOT / "charts" / "wcow-runtime" / "files" / "prometheus-rules.yaml"
 UNIT_TESTS = Path(__file__).with_name("alerts_test.yaml")
-INSTALL_DOC = ROOT / "docs" / "install.md"
-RUNBOOKS = "https://github.com/wcow-runtime/wcow-runtime/blob/main/docs/install.md#"
+RUNBOOKS_DOC = ROOT / "docs" / "runbooks.md"
+RUNBOOKS = "https://github.com/wcow-runtime/wcow-runtime/blob/main/docs/runbooks.md#"
 SEVERITIES = {"critical", "warning", "info"}
 
 
@@ -113,8 +113,8 @@ def test_each_runbook_says_what_it_means_how_to_confirm_and_what_to_do(
     alert: dict[str, Any],
 ) -> None:
     anchor = alert["annotations"]["runbook_url"].removeprefix(RUNBOOKS)
-    sections = _sections(INSTALL_DOC.read_text(encoding="utf-8"))
-    assert anchor in sections, f"docs/install.md has no section '### {alert['alert']}'"
+    sections = _sections(RUNBOOKS_DOC.read_text(encoding="utf-8"))
+    assert anchor in sections, f"docs/runbooks.md has no section '### {alert['alert']}'"
     body = sections[anchor]
     for part in ("**What it means.**", "**How to confirm.**", "**What to do.**"):
         assert part in body, f"the runbook of {alert['alert']} lacks {part}"

@@ -110,7 +110,7 @@ def test_profile_from_a_cluster_owns_its_runtime_class() -> None:
 
 
 def test_a_profile_selects_nodes_by_their_capability_labels() -> None:
-    """README "Capability labels": the agents' node.runtime.wcow.dev/ labels are not the
+    """docs/profiles.md "Capability labels": the agents' node.runtime.wcow.dev/ labels are not the
     managed ready labels, so a profile may select on them; the RuntimeClass carries them."""
     selector = {HYPERV_LABEL: "true", CONTAINERD_LINE_LABEL: "2.1"}
     document = profile_document("hv", scheduling={"nodeSelector": selector})
