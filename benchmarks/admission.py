@@ -46,10 +46,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.registry import BIN, Registry
 
 from wcow_contract.errors import parse_profile
-from wcow_operator.handlers.certificates import self_signed
-from wcow_operator.reconcile.admission import MAX_CONTAINERS, Admitted, Decision, admit
 from wcow_operator.registry.client import RegistryClient
-from wcow_operator.registry.resolver import FactsCache, ImageAdmission, Resolver
+from wcow_operator.registry.resolver import FactsCache, Resolver
+from wcow_operator.webhook.certificates import self_signed
+from wcow_operator.webhook.decide import admit
+from wcow_operator.webhook.decision import Admitted, Decision
+from wcow_operator.webhook.image_admission import ImageAdmission
+from wcow_operator.webhook.pod_shape import MAX_CONTAINERS
 
 IMAGE = "nanoserver"  # review()'s image; with image checks, a reference on the test registry
 POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="admission")  # as the Decider

@@ -81,9 +81,9 @@ from tests.e2e.operator_harness import (
 
 from wcow_contract.errors import parse_profile
 from wcow_operator.controller.controller import status_update
-from wcow_operator.k8s.api import KubernetesApi
-from wcow_operator.reconcile.core import ReconcileSettings, reconcile
-from wcow_operator.reconcile.model import Observed, ObservedProfile, Write
+from wcow_operator.k8s.kubernetes_api import KubernetesApi
+from wcow_operator.reconcile.model import Observed, ObservedProfile, ReconcileSettings, Write
+from wcow_operator.reconcile.reconciler import reconcile
 from wcow_operator.render.runtimeclass import render_runtime_class
 
 RUNTIME_CLASSES = ("node.k8s.io", "v1", "runtimeclasses")
@@ -505,7 +505,7 @@ def alone_writer(
     """The writes-alone process: each created profile's two writes, until None comes."""
     config.load_kube_config(kubeconfig)
     configuration = client.Configuration.get_default_copy()
-    configuration.connection_pool_maxsize = 16  # as the operator's (k8s.api.load_client_config)
+    configuration.connection_pool_maxsize = 16  # as the operator's load_client_config
     api = KubernetesApi(client.ApiClient(configuration))
 
     def write(name: str, uid: str, resource_version: str) -> None:

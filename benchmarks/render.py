@@ -17,8 +17,8 @@ from typing import Any
 
 from wcow_contract.errors import parse_profile
 from wcow_contract.wire.plan import dump_plan
-from wcow_operator.render.bundle import render_all
 from wcow_operator.render.configmaps import plan_config_map
+from wcow_operator.render.profile_set import render_all
 from wcow_operator.render.serialize import dump_yaml_documents
 
 BUILDS = ("ltsc2019", "ltsc2022", "ltsc2025", "10.0.20348")

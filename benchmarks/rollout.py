@@ -97,7 +97,7 @@ from wcow_agent.k8s import KubernetesCluster
 from wcow_agent.simulate.fleet import Fleet, FleetCluster, FleetOptions
 from wcow_agent.simulate.host import HostSettings
 from wcow_contract.wire.rollout import Rollout
-from wcow_operator.reconcile.rollout import parse_max_unavailable
+from wcow_operator.reconcile.rollout_decision import parse_max_unavailable
 
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"})
 

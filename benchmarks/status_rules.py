@@ -36,7 +36,7 @@ from tests.e2e.operator_harness import CRD_FILE, GROUP, PLURAL, VERSION, install
 
 from wcow_contract.crd import WHOLE_NUMBER_RULE
 from wcow_operator.controller.controller import status_update
-from wcow_operator.k8s.api import KubernetesApi
+from wcow_operator.k8s.kubernetes_api import KubernetesApi
 from wcow_operator.reconcile.model import Write
 
 

@@ -26,15 +26,17 @@ from wcow_contract.labels import STARTUP_TAINT
 from wcow_contract.reference import markdown_reference
 from wcow_contract.v1alpha1 import API_VERSION, KIND, WindowsRuntimeProfile
 from wcow_contract.wire.plan import dump_plan
-from wcow_operator.reconcile.admission import Refused, admit
-from wcow_operator.reconcile.workloads import TEMPLATE_PATHS, PodSource, pods_in
 from wcow_operator.registry.client import RegistryClient
 from wcow_operator.registry.policy import check_pattern
-from wcow_operator.registry.resolver import ImageAdmission, Resolver
-from wcow_operator.render.bundle import ProfileConflictError, Rendered, render_all
+from wcow_operator.registry.resolver import Resolver
 from wcow_operator.render.configmaps import plan_config_map
 from wcow_operator.render.node_template import as_document, as_text, node_template
+from wcow_operator.render.profile_set import ProfileConflictError, Rendered, render_all
 from wcow_operator.render.serialize import dump_yaml, dump_yaml_documents
+from wcow_operator.webhook.decide import admit
+from wcow_operator.webhook.decision import Refused
+from wcow_operator.webhook.image_admission import ImageAdmission
+from wcow_operator.webhook.workloads import TEMPLATE_PATHS, PodSource, pods_in
 
 EXIT_INVALID = 1
 EXIT_USAGE = 2

@@ -27,7 +27,7 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class ImageSettings:
-    """The webhook's image checks (issue 19 item 4): off unless --resolve-images."""
+    """The webhook's image checks: off unless --resolve-images."""
 
     resolve: bool = False
     insecure_registries: tuple[str, ...] = ()

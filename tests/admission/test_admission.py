@@ -1,5 +1,5 @@
-"""The webhook's decisions (wcow_operator.reconcile.admission): sizing arithmetic, bounds,
-annotations, physically backed memory, pods the runtime would fail."""
+"""The webhook's decisions (wcow_operator.webhook.decide and what it calls): sizing
+arithmetic, bounds, annotations, physically backed memory, pods the runtime would fail."""
 
 from __future__ import annotations
 
@@ -15,20 +15,19 @@ from tests.admission.pods import FROM_LIMITS, container, pod, profile, profiles
 from wcow_contract.catalog.hcs_annotations import ANNOTATION_MEMORY_MB as MEM
 from wcow_contract.catalog.hcs_annotations import ANNOTATION_PROCESSOR_COUNT as CPU
 from wcow_contract.quantity import NANO, parse_quantity
-from wcow_operator.reconcile.admission import (
+from wcow_operator.webhook.decide import admit
+from wcow_operator.webhook.decision import (
     ANNOTATION_INVALID,
     ANNOTATION_OUT_OF_BOUNDS,
-    BASELINE_MEMORY_MB,
     HOST_PROCESS_HYPERV,
     INVALID_QUANTITY,
     VM_TOO_LARGE,
     WINDOWS_BUILD_MISMATCH,
     Admitted,
     Refused,
-    admit,
-    allowed_through,
-    pod_needs,
 )
+from wcow_operator.webhook.shim_annotations import allowed_through
+from wcow_operator.webhook.sizing import BASELINE_MEMORY_MB, pod_needs
 
 SIZED = profiles(profile("hv", vm=FROM_LIMITS))
 HOST = {"hostProcess": True}

@@ -15,7 +15,7 @@ import yaml
 from tests.admission.pods import container, pod, write_documents
 from wcow_contract.catalog.hcs_annotations import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
 from wcow_operator.cli import main
-from wcow_operator.reconcile.workloads import TEMPLATE_PATHS, pods_in
+from wcow_operator.webhook.workloads import TEMPLATE_PATHS, pods_in
 
 
 def _template(runtime_class: str, **limits: str) -> dict[str, Any]:

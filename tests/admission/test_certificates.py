@@ -14,7 +14,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from wcow_operator.handlers.certificates import Authority, keep_renewed
+from wcow_operator.webhook.certificates import Authority, keep_renewed
 
 SERVICE = "wcow-runtime-operator-webhook.wcow-system.svc"
 

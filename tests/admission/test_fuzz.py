@@ -22,19 +22,12 @@ from tests.admission.pods import FROM_LIMITS, pod, profile, profiles
 from wcow_contract.catalog import hcs_annotations as hcs
 from wcow_contract.quantity import QuantityError, parse_quantity
 from wcow_contract.v1alpha1 import WindowsRuntimeProfile
-from wcow_operator.reconcile.admission import (
-    MAX_CONTAINERS,
-    VM_TOO_SMALL,
-    Admitted,
-    Refused,
-    admit,
-    admit_update,
-    allowed_through,
-    even_mb,
-    needed_memory_mb,
-    pod_needs,
-)
-from wcow_operator.reconcile.workloads import pods_in
+from wcow_operator.webhook.decide import admit, admit_update
+from wcow_operator.webhook.decision import VM_TOO_SMALL, Admitted, Refused
+from wcow_operator.webhook.pod_shape import MAX_CONTAINERS
+from wcow_operator.webhook.shim_annotations import allowed_through
+from wcow_operator.webhook.sizing import even_mb, needed_memory_mb, pod_needs
+from wcow_operator.webhook.workloads import pods_in
 
 PROFILES = profiles(
     profile("sized", vm=FROM_LIMITS),

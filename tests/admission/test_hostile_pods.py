@@ -15,20 +15,19 @@ from wcow_contract.catalog.hcs_annotations import ANNOTATION_MEMORY_MB as MEM
 from wcow_contract.catalog.hcs_annotations import ANNOTATION_PROCESSOR_COUNT as CPU
 from wcow_contract.errors import ProfileInvalidError, parse_profile
 from wcow_contract.quantity import QuantityError, canonical_quantity, parse_quantity
-from wcow_operator.reconcile.admission import (
+from wcow_operator.webhook.decide import admit
+from wcow_operator.webhook.decision import (
     ANNOTATION_INVALID,
     ANNOTATION_NOT_ALLOWED,
     ANNOTATION_OUT_OF_BOUNDS,
     INVALID_QUANTITY,
     MALFORMED_POD,
-    MAX_ANNOTATIONS,
-    MAX_CONTAINERS,
     POD_TOO_LARGE,
     Admitted,
     Decision,
     Refused,
-    admit,
 )
+from wcow_operator.webhook.pod_shape import MAX_ANNOTATIONS, MAX_CONTAINERS
 
 SIZED = profiles(profile("hv", vm=FROM_LIMITS))
 FIXED = profiles(profile("hv"))

@@ -18,17 +18,19 @@ from tests.admission.pods import FROM_LIMITS, container, pod, profile, profiles
 from wcow_contract.catalog import hcs_annotations as hcs
 from wcow_contract.catalog.hcs_annotations import ANNOTATION_MEMORY_MB as MEM
 from wcow_contract.catalog.hcs_annotations import ANNOTATION_PROCESSOR_COUNT as CPU
-from wcow_operator.handlers.admission import TIMED_OUT, AdmissionMetrics, Decider, register
-from wcow_operator.reconcile.admission import (
+from wcow_operator.render.webhooks import Endpoint, webhook_configuration
+from wcow_operator.webhook.decide import admit, admit_update
+from wcow_operator.webhook.decider import Decider
+from wcow_operator.webhook.decision import (
     ANNOTATION_CHANGED,
+    TIMED_OUT,
     WINDOWS_BUILD_MISMATCH,
     Admitted,
     Decision,
     Refused,
-    admit,
-    admit_update,
 )
-from wcow_operator.render.webhooks import Endpoint, webhook_configuration
+from wcow_operator.webhook.metrics import AdmissionMetrics
+from wcow_operator.webhook.server import register
 
 SIZED = profiles(profile("hv", vm=FROM_LIMITS))
 GATED = {"schedulingGates": [{"name": "example.com/wait"}]}
@@ -165,7 +167,7 @@ def test_the_handler_answers_decision_timeout_past_the_deadline(
         blocker.wait(2)
         return Admitted(pod={})
 
-    monkeypatch.setattr("wcow_operator.handlers.admission.admit", stalled)
+    monkeypatch.setattr("wcow_operator.webhook.server.admit", stalled)
     metrics, handlers = _handlers(Decider(timeout=0.05))
     try:
         with pytest.raises(kopf.AdmissionError, match=TIMED_OUT) as caught:

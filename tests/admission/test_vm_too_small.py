@@ -12,15 +12,9 @@ from wcow_contract.catalog.hcs_annotations import ANNOTATION_MEMORY_MB as MEM
 from wcow_contract.catalog.hcs_annotations import ANNOTATION_PROCESSOR_COUNT as CPU
 from wcow_contract.errors import ProfileInvalidError, parse_profile
 from wcow_operator.cli import load_profiles, main
-from wcow_operator.reconcile.admission import (
-    VM_TOO_SMALL,
-    Admitted,
-    Decision,
-    Refused,
-    admit,
-    admit_update,
-)
 from wcow_operator.render.runtimeclass import render_runtime_class
+from wcow_operator.webhook.decide import admit, admit_update
+from wcow_operator.webhook.decision import VM_TOO_SMALL, Admitted, Decision, Refused
 
 FIXED = profiles(profile("hv"))  # hcsshim's default VM: 2 processors, 1024 MB
 WARN = profiles(profile("hv", vm={"oversizedPods": "Warn"}))

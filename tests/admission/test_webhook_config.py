@@ -13,9 +13,7 @@ import pytest
 import urllib3
 
 from wcow_operator import rbac
-from wcow_operator.handlers.admission import OwnerMissingError, WebhookKeeper, WebhookSettings
-from wcow_operator.handlers.certificates import Authority, ServingCertificate, self_signed
-from wcow_operator.k8s.webhooks import OWNER_NAME, PERMISSIONS
+from wcow_operator.k8s.webhook_configurations import OWNER_NAME, PERMISSIONS
 from wcow_operator.render.webhooks import (
     MAX_CAS,
     Endpoint,
@@ -25,6 +23,9 @@ from wcow_operator.render.webhooks import (
     webhook_configuration,
 )
 from wcow_operator.settings import SettingsError, parse_settings
+from wcow_operator.webhook.certificates import Authority, ServingCertificate, self_signed
+from wcow_operator.webhook.configurations import OwnerMissingError, WebhookKeeper
+from wcow_operator.webhook.serving import WebhookSettings
 
 
 def test_every_webhook_call_is_granted_and_only_by_name() -> None:
@@ -260,7 +261,8 @@ def test_before_the_profiles_are_read_the_webhook_refuses_rather_than_admit_unch
     import kopf
     from prometheus_client import CollectorRegistry
 
-    from wcow_operator.handlers.admission import AdmissionMetrics, register
+    from wcow_operator.webhook.metrics import AdmissionMetrics
+    from wcow_operator.webhook.server import register
 
     registry = kopf.OperatorRegistry()
     synced = False
@@ -280,7 +282,7 @@ def test_before_the_profiles_are_read_the_webhook_refuses_rather_than_admit_unch
 
 def test_a_profile_turned_invalid_is_judged_by_its_last_valid_spec() -> None:
     """Like its RuntimeClass and plan entry, which keep their last good state."""
-    from wcow_operator.handlers.admission import ProfileIndex
+    from wcow_operator.webhook.profile_index import ProfileIndex
 
     def body(version: str, **vm: Any) -> dict[str, Any]:
         return {

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 from tests.e2e.operator_harness import free_port
-from wcow_operator.handlers.webhook_server import ClosingWhenDraining
-from wcow_operator.main import Probes
+from wcow_operator.manager.probes import Probes
+from wcow_operator.webhook.server import ClosingWhenDraining
 
 if TYPE_CHECKING:
-    from wcow_operator.controller.controller import Runner
+    from wcow_operator.controller.runner import Runner
 
 
 async def _answer(_: Any, **__: Any) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from kubernetes.client.exceptions import ApiException
 
 from wcow_agent.cluster import ClusterError, NodeObject, WatchExpiredError
 from wcow_agent.k8s import KubernetesCluster
+from wcow_agent.metrics import Metrics
+from wcow_agent.watch import ClusterView, RunOptions
 from wcow_operator.rbac import AGENT_CLUSTER_RULES, AGENT_NAMESPACE_RULES, allows
 
 AGENT = Path(__file__).resolve().parents[2] / "node-agent" / "wcow_agent"
@@ -421,6 +424,21 @@ def test_the_default_watch_reads_the_json_of_each_change_through_the_clients_str
     assert seen[0].announced_hash == "sha256:abc"
 
 
+class RelistCountingCore(StreamingCore):
+    """Stops the view's watch thread once it has read the ConfigMap ``reads`` times (its
+    watch after that read is its last)."""
+
+    def __init__(self, events: list[dict[str, Any]], stop: threading.Event, reads: int) -> None:
+        super().__init__(events)
+        self.stop, self.reads = stop, reads
+
+    def read_namespaced_config_map(self, name: str, namespace: str) -> client.V1ConfigMap:
+        found = super().read_namespaced_config_map(name, namespace)
+        if sum(1 for call in self.calls if call[0] == "get") >= self.reads:
+            self.stop.set()
+        return found
+
+
 def test_the_default_watch_turns_410_into_a_relist_not_a_crash() -> None:
     expired = {
         "type": "ERROR",
@@ -429,3 +447,23 @@ def test_the_default_watch_turns_410_into_a_relist_not_a_crash() -> None:
     cluster = KubernetesCluster(StreamingCore([expired]))  # type: ignore[arg-type]
     with pytest.raises(WatchExpiredError):
         list(cluster.watch_rollout("wcow-system", "4", 30))
+    # The agent's watch thread lists again after the 410, and watches from the new list's
+    # version; an expired watch is no error (no backoff, not counted).
+    stop = threading.Event()
+    core = RelistCountingCore([expired], stop, reads=2)
+    metrics = Metrics()
+    view = ClusterView(
+        KubernetesCluster(core),  # type: ignore[arg-type]
+        RunOptions(node_name="n1"),
+        metrics,
+        stop,
+        threading.Event(),
+    )
+    view.watch_rollout_forever()
+    assert [(verb, details.get("resource_version")) for verb, _, _, details in core.calls] == [
+        ("get", None),
+        ("watch", "41"),  # from the version the list returned
+        ("get", None),  # the relist after the 410
+        ("watch", "41"),  # and a new watch from the relist's version
+    ]
+    assert metrics.registry.get_sample_value("wcow_agent_cluster_errors_total") == 0

@@ -12,8 +12,8 @@ import itertools
 from collections import defaultdict
 from typing import Any
 
-from wcow_operator.controller.api import ApiError
 from wcow_operator.controller.cache import ClusterCache
+from wcow_operator.controller.cluster_api import ApiError
 from wcow_operator.reconcile.model import Observed
 
 READS = {"list_page", "watch"}

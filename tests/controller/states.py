@@ -12,8 +12,9 @@ from typing import Any
 from tests.controller.builders import NAMESPACE, observed, profile_body
 from tests.controller.test_reconcile import apply
 from wcow_contract.wire.plan import PLAN_KEY
-from wcow_operator.reconcile.core import ReconcileSettings, reconcile, runtime_class_failed
-from wcow_operator.reconcile.model import Observed, ObservedNode
+from wcow_operator.reconcile.model import Observed, ObservedNode, ReconcileSettings
+from wcow_operator.reconcile.profile_status import runtime_class_failed
+from wcow_operator.reconcile.reconciler import reconcile
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SETTINGS = ReconcileSettings(namespace=NAMESPACE, max_unavailable=1)

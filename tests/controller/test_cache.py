@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from wcow_contract.catalog.windows_builds import WINDOWS_BUILD_LABEL, parse_windows_build
 from wcow_contract.wire.agent_status import AGENT_STATUS_ANNOTATION
-from wcow_operator.controller.api import Page, Watched, WatchExpiredError
 from wcow_operator.controller.cache import ClusterCache
+from wcow_operator.controller.cluster_api import Page, Watched, WatchExpiredError
 from wcow_operator.controller.informer import run_informer
 from wcow_operator.reconcile.model import ObservedNode
 from wcow_operator.reconcile.nodes import HandlerNeeds, NodeTally, contribution, summarize

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,24 +15,22 @@ import pytest
 from tests.conftest import profile_document
 from tests.controller.builders import NAMESPACE
 from tests.controller.fake_api import FakeApi, RelistingCache
+from tests.controller.virtual_clock import VirtualClock
 from wcow_contract.wire.plan import PLAN_KEY
 from wcow_contract.wire.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY, Rollout, parse_rollout
 from wcow_operator.controller.cache import ClusterCache
-from wcow_operator.controller.controller import (
+from wcow_operator.controller.controller import Controller, PassReport, PlanReader
+from wcow_operator.controller.metrics import Metrics
+from wcow_operator.controller.runner import (
     HAND_OVER_CEILING_SECONDS,
     HAND_OVER_DELIVERIES_PER_SECOND,
     HAND_OVER_FLOOR_SECONDS,
-    Controller,
-    PassReport,
-    PlanReader,
     Runner,
     hand_over_spacing,
 )
-from wcow_operator.controller.metrics import Metrics
-from wcow_operator.main import Reconciler
-from wcow_operator.reconcile.core import ReconcileSettings
+from wcow_operator.manager.reconcile_loop import Reconciler
 from wcow_operator.reconcile.drain import CORDONED_BY, CORDONED_BY_VALUE
-from wcow_operator.reconcile.model import FINALIZER
+from wcow_operator.reconcile.model import FINALIZER, ReconcileSettings
 from wcow_support.retry import Backoff
 
 
@@ -296,27 +293,27 @@ def test_no_pass_before_every_watch_has_listed(api: FakeApi) -> None:
     api.apply_profile(profile_document("hv"))
     cache = ClusterCache()
     controller = Controller(api, cache, ReconcileSettings(namespace=NAMESPACE), Metrics())
-    runner = Runner(controller, resync_seconds=3600, debounce_seconds=0.01)
-    stop = threading.Event()
-    thread = threading.Thread(target=runner.run, args=(stop,))
-    thread.start()
-    try:
+    clock = VirtualClock()
+    runner = Runner(controller, resync_seconds=3600, debounce_seconds=0.01, clock=clock)
+
+    def all_but_the_profiles() -> None:
         cache.replace("runtimeclasses", [])
         cache.replace("plan", [])
         cache.replace("rollout", [])
         cache.replace("nodes", [])
-        stop.wait(0.3)
+
+    def the_profiles() -> None:
         assert api.calls == []  # profiles not listed yet: no pass, no write
         cache.replace("profiles", copy.deepcopy(list(api.profiles.values())))
-        for _ in range(300):
-            if "hv" in api.runtime_classes:
-                break
-            stop.wait(0.01)
-        assert "hv" in api.runtime_classes
-    finally:
-        stop.set()
-        runner.trigger()
-        thread.join(timeout=5)
+
+    drive(
+        runner,
+        [
+            (0.0, all_but_the_profiles),
+            (0.3, the_profiles),
+            (3.3, lambda: _check("hv" in api.runtime_classes)),
+        ],
+    )
 
 
 def test_metrics_after_a_pass(api: FakeApi, controller: Controller) -> None:
@@ -427,30 +424,36 @@ def test_events_about_profiles_are_posted_in_default(api: FakeApi, controller: C
     assert {e["metadata"]["namespace"] for e in api.events} == {"default"}
 
 
-# -- the reconciler thread as main runs it ---------------------------------------------
+# -- the reconciler thread as main runs it, on a virtual clock ---------------------------
 
 
-def _wait_for(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return False
+def _check(condition: bool) -> None:
+    assert condition
+
+
+def drive(runner: Runner, steps: list[tuple[float, Callable[[], object]]]) -> None:
+    """The runner in this thread on its ``VirtualClock``, each step at its time on that clock
+    (a step's failed assert fails the test), stopped after the last step."""
+    clock = runner.clock
+    assert isinstance(clock, VirtualClock)
+    stop = threading.Event()
+    for when, step in steps:
+        clock.at(when, step)
+    clock.at(max(when for when, _ in steps), lambda: (stop.set(), runner.trigger()))
+    runner.run(stop)
 
 
 def test_no_pass_before_the_lease_and_a_stop_ends_the_wait(controller: Controller) -> None:
-    runner = Runner(controller, resync_seconds=3600, debounce_seconds=0.01)
+    clock = VirtualClock()
+    runner = Runner(controller, resync_seconds=3600, debounce_seconds=0.01, clock=clock)
     elected, leading, stopping = threading.Event(), threading.Event(), threading.Event()
     reconciler = Reconciler(runner, elected, leading, stopping)
-    thread = threading.Thread(target=reconciler.run)
-    thread.start()
-    time.sleep(0.3)
-    assert not leading.is_set()
-    assert runner.last_pass_ok is None
-    reconciler.stop()
-    thread.join(timeout=5)
-    assert not thread.is_alive()
+    seen: list[tuple[bool, float | None]] = []
+    clock.at(0.3, lambda: (seen.append((leading.is_set(), runner.last_pass_ok)), reconciler.stop()))
+    reconciler.run()  # returns: the stop ended its wait for the Lease
+    [(led, last_pass_ok)] = seen
+    assert not led
+    assert last_pass_ok is None
     assert runner.controller.metrics.registry.get_sample_value("wcow_leader") == 0
 
 
@@ -458,18 +461,26 @@ def test_once_elected_it_leads_passes_and_stops_with_its_pool_closed(
     api: FakeApi, controller: Controller
 ) -> None:
     api.apply_profile(profile_document("hv"))
-    runner = Runner(controller, resync_seconds=3600, debounce_seconds=0.01)
+    clock = VirtualClock()
+    runner = Runner(controller, resync_seconds=3600, debounce_seconds=0.01, clock=clock)
     elected, leading, stopping = threading.Event(), threading.Event(), threading.Event()
     reconciler = Reconciler(runner, elected, leading, stopping)
-    thread = threading.Thread(target=reconciler.run)
-    thread.start()
-    elected.set()
-    assert _wait_for(lambda: runner.last_pass_ok is not None)
-    assert leading.is_set()
-    assert runner.controller.metrics.registry.get_sample_value("wcow_leader") == 1
-    reconciler.stop()
-    thread.join(timeout=5)
-    assert not thread.is_alive()
+    seen: list[tuple[float | None, bool, float | None]] = []
+    metrics = runner.controller.metrics.registry
+
+    def after_the_first_pass() -> None:
+        seen.append(
+            (runner.last_pass_ok, leading.is_set(), metrics.get_sample_value("wcow_leader"))
+        )
+        reconciler.stop()
+
+    clock.at(0.0, elected.set)
+    clock.at(5.0, after_the_first_pass)
+    reconciler.run()
+    [(last_pass_ok, led, leader)] = seen
+    assert last_pass_ok is not None
+    assert led
+    assert leader == 1
     with pytest.raises(RuntimeError, match="shutdown"):  # no write can start after
         runner.controller._pool.submit(int)
 
@@ -477,11 +488,10 @@ def test_once_elected_it_leads_passes_and_stops_with_its_pool_closed(
 def test_failed_passes_back_off_and_a_good_one_resets_the_delay(
     controller: Controller, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runner = Runner(controller, resync_seconds=3600, debounce_seconds=0.01)
+    clock = VirtualClock()
+    runner = Runner(controller, resync_seconds=3600, debounce_seconds=0.01, clock=clock)
     outcomes = iter([["x"], ["x"], ["x"], [], ["x"]])
-    waits: list[float] = []
     stop = threading.Event()
-    real_wait = stop.wait
 
     def run_pass() -> PassReport:
         errors = next(outcomes, None)
@@ -491,16 +501,10 @@ def test_failed_passes_back_off_and_a_good_one_resets_the_delay(
         runner.trigger()  # the next pass at once, so only the backoff waits
         return PassReport(errors=list(errors))
 
-    def wait(timeout: float | None = None) -> bool:
-        if timeout is not None and timeout >= 1:
-            waits.append(timeout)
-            return stop.is_set()
-        return real_wait(timeout)
-
     monkeypatch.setattr(runner.controller, "run_pass", run_pass)
-    monkeypatch.setattr(stop, "wait", wait)
     runner.backoff = Backoff(initial=1, maximum=3)
     runner.run(stop)
+    waits = [t for event, t in clock.waits if event is stop and t is not None and t >= 1]
     assert waits == [1, 2, 3, 1]
 
 
@@ -541,20 +545,15 @@ def three_nodes_rolling_out(api: FakeApi, controller: Controller) -> str:
     return str((api.plan() or {})["hash"])
 
 
-@contextlib.contextmanager
-def running(runner: Runner) -> Iterator[None]:
-    """The runner in its thread, its first pass done; stopped and joined after."""
-    stop = threading.Event()
-    thread = threading.Thread(target=runner.run, args=(stop,))
-    thread.start()
-    try:
-        assert _wait_for(lambda: runner.last_pass_ok is not None)
-        yield
-    finally:
-        stop.set()
-        runner.trigger()
-        thread.join(timeout=5)
-    assert not thread.is_alive()
+def after_the_first_pass(
+    runner: Runner, steps: list[tuple[float, Callable[[], object]]]
+) -> list[tuple[float, Callable[[], object]]]:
+    """``steps`` timed from just after the runner's first pass (a pass takes no time on the
+    virtual clock: it runs when the debounce from the start ends)."""
+    start = runner.debounce_seconds + 0.01
+    return [(start, lambda: _check(runner.last_pass_ok is not None))] + [
+        (start + offset, step) for offset, step in steps
+    ]
 
 
 def test_a_node_done_hands_its_slot_over_at_once_with_one_write(
@@ -594,16 +593,23 @@ def test_the_runner_hands_over_before_the_debounced_pass(
     api: FakeApi, controller: Controller
 ) -> None:
     plan = three_nodes_rolling_out(api, controller)
-    runner = Runner(controller, resync_seconds=3600, debounce_seconds=2.0)
-    with running(runner):
+    runner = Runner(controller, resync_seconds=3600, debounce_seconds=2.0, clock=VirtualClock())
+
+    def n0_done() -> None:
         api.calls.clear()
         api.nodes[0] = windows_node("n0", plan, "Ready")
-        started = time.monotonic()
         runner.reported()
-        assert _wait_for(lambda: "n1" in rollout_of(api).permitted, seconds=1.5)
-        assert time.monotonic() - started < 1.5  # not after the 2 s debounce
+
+    def handed_over() -> None:
+        assert "n1" in rollout_of(api).permitted  # within 1.5 s: not after the 2 s debounce
         assert "update_profile_status" not in api.writes()  # the pass has not run yet
-        assert _wait_for(lambda: "update_profile_status" in api.writes(), seconds=5)
+
+    steps = [
+        (0.1, n0_done),
+        (0.1 + 1.49, handed_over),
+        (0.1 + 5.0, lambda: _check("update_profile_status" in api.writes())),
+    ]
+    drive(runner, after_the_first_pass(runner, steps))
 
 
 def test_hand_overs_are_spaced_so_nodes_finishing_together_share_one_write(
@@ -612,19 +618,33 @@ def test_hand_overs_are_spaced_so_nodes_finishing_together_share_one_write(
     """Every rollout write reaches every agent's watch: a second report within
     ``hand_over_seconds`` of a hand-over waits for it (still before the debounced pass)."""
     plan = three_nodes_rolling_out(api, controller)
-    runner = Runner(controller, resync_seconds=3600, debounce_seconds=3.0, hand_over_seconds=1.0)
-    with running(runner):
+    runner = Runner(
+        controller, resync_seconds=3600, debounce_seconds=3.0, hand_over_seconds=1.0,
+        clock=VirtualClock(),
+    )  # fmt: skip
+
+    def n0_done() -> None:
         api.calls.clear()
         api.nodes[0] = windows_node("n0", plan, "Ready")
         runner.reported()
-        assert _wait_for(lambda: "n1" in rollout_of(api).permitted, seconds=0.8)
+
+    def n1_done() -> None:
+        assert "n1" in rollout_of(api).permitted  # within 0.8 s
         api.nodes[1] = windows_node("n1", plan, "Ready")
         runner.reported()
-        time.sleep(0.4)
-        assert "n2" not in rollout_of(api).permitted  # spaced: not yet
-        assert _wait_for(lambda: "n2" in rollout_of(api).permitted, seconds=1.5)
+
+    def n2_in() -> None:
+        assert "n2" in rollout_of(api).permitted  # within 1.5 s
         assert api.writes().count("replace_config_map") == 2
         assert "update_profile_status" not in api.writes()  # both before the pass
+
+    steps = [
+        (0.1, n0_done),
+        (0.11, n1_done),
+        (0.51, lambda: _check("n2" not in rollout_of(api).permitted)),  # spaced: not yet
+        (0.11 + 1.49, n2_in),
+    ]
+    drive(runner, after_the_first_pass(runner, steps))
 
 
 def test_a_report_that_frees_no_slot_does_not_hold_back_the_next_hand_over(
@@ -634,18 +654,28 @@ def test_a_report_that_frees_no_slot_does_not_hold_back_the_next_hand_over(
     so the report that follows (a node done) is handed over at once, not ``hand_over_seconds``
     after it."""
     plan = three_nodes_rolling_out(api, controller)
-    runner = Runner(controller, resync_seconds=3600, debounce_seconds=3.0, hand_over_seconds=2.0)
-    with running(runner):
+    runner = Runner(
+        controller, resync_seconds=3600, debounce_seconds=3.0, hand_over_seconds=2.0,
+        clock=VirtualClock(),
+    )  # fmt: skip
+
+    def n0_attempted() -> None:
         api.calls.clear()
         api.nodes[0] = windows_node("n0", plan)  # attempted: still applying
         runner.reported()
-        time.sleep(0.2)
+
+    def n0_done() -> None:
         assert api.writes() == []
         api.nodes[0] = windows_node("n0", plan, "Ready")
-        started = time.monotonic()
         runner.reported()
-        assert _wait_for(lambda: "n1" in rollout_of(api).permitted, seconds=1.5)
-        assert time.monotonic() - started < 1.5  # not held back by the attempt's report
+
+    steps = [
+        (0.1, n0_attempted),
+        (0.3, n0_done),
+        # within 1.5 s: not held back by the attempt's report
+        (0.3 + 1.49, lambda: _check("n1" in rollout_of(api).permitted)),
+    ]
+    drive(runner, after_the_first_pass(runner, steps))
 
 
 class TimedApi(FakeApi):

@@ -18,7 +18,6 @@ from tests.controller.test_rollout import NEW, NOW, OLD, TIMEOUT, fleet, report,
 from wcow_contract.errors import ProfileInvalidError, parse_profile
 from wcow_contract.v1alpha1 import LabelSelector
 from wcow_contract.wire.rollout import Rollout, dump_rollout, parse_rollout
-from wcow_operator.reconcile.core import ReconcileSettings, reconcile
 from wcow_operator.reconcile.drain import (
     DrainOrder,
     DrainProgress,
@@ -29,7 +28,14 @@ from wcow_operator.reconcile.drain import (
     to_uncordon,
     waiting_for,
 )
-from wcow_operator.reconcile.rollout import NodeReport, Progress, decide, parse_max_unavailable
+from wcow_operator.reconcile.model import ReconcileSettings
+from wcow_operator.reconcile.reconciler import reconcile
+from wcow_operator.reconcile.rollout_decision import (
+    NodeReport,
+    Progress,
+    decide,
+    parse_max_unavailable,
+)
 
 CORDON = DrainOrder(mode="Cordon")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from wcow_operator.controller.api import ApiError
+from wcow_operator.controller.cluster_api import ApiError
 from wcow_operator.controller.drainer import POLL_SECONDS, Drainer
 from wcow_operator.controller.metrics import Metrics
 from wcow_operator.reconcile.drain import CORDONED_BY, CORDONED_BY_VALUE, DrainOrder, DrainWork

@@ -19,9 +19,16 @@ from tests.controller.builders import profile_body
 from wcow_contract.wire.agent_status import GUEST_BUILD_UNSUPPORTED
 from wcow_contract.wire.plan import PLAN_KEY
 from wcow_contract.wire.rollout import RESUME_ANNOTATION, ROLLOUT_KEY, Rollout, parse_rollout
-from wcow_operator.reconcile.core import Memo, ReconcileSettings, reconcile
 from wcow_operator.reconcile.holds import ROLLED_OUT_KEY, read_record
-from wcow_operator.reconcile.model import Observed, ObservedNode, ObservedProfile, Outcome
+from wcow_operator.reconcile.model import (
+    Observed,
+    ObservedNode,
+    ObservedProfile,
+    Outcome,
+    ReconcileSettings,
+)
+from wcow_operator.reconcile.profiles import Memo
+from wcow_operator.reconcile.reconciler import reconcile
 
 NOW = datetime(2026, 11, 27, 8, 0, tzinfo=UTC)
 SETTINGS = ReconcileSettings(namespace="wcow-system", max_unavailable=1)

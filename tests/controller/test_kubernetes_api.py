@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from wcow_operator.controller.api import ApiError
-from wcow_operator.k8s.api import KubernetesApi
+from wcow_operator.controller.cluster_api import ApiError
+from wcow_operator.k8s.kubernetes_api import KubernetesApi
 
 
 class Flaky:

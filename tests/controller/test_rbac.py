@@ -5,8 +5,8 @@ from __future__ import annotations
 import inspect
 
 from wcow_operator import rbac
-from wcow_operator.controller.api import ClusterApi
-from wcow_operator.k8s.api import PERMISSIONS, KubernetesApi
+from wcow_operator.controller.cluster_api import ClusterApi
+from wcow_operator.k8s.kubernetes_api import PERMISSIONS, KubernetesApi
 
 
 def public_methods(cls: type) -> set[str]:

@@ -13,8 +13,15 @@ import pytest
 
 from tests.controller.builders import NAMESPACE, observed, profile_body, windows_node
 from wcow_contract.wire.plan import PLAN_KEY, plan_document
-from wcow_operator.reconcile.core import ReconcileSettings, reconcile
-from wcow_operator.reconcile.model import FINALIZER, Observed, ObservedNode, Outcome, Write
+from wcow_operator.reconcile.model import (
+    FINALIZER,
+    Observed,
+    ObservedNode,
+    Outcome,
+    ReconcileSettings,
+    Write,
+)
+from wcow_operator.reconcile.reconciler import reconcile
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SETTINGS = ReconcileSettings(namespace=NAMESPACE)

@@ -1,4 +1,4 @@
-"""The controller's memo (``reconcile.core.Memo``) is a shortcut only: through a run of
+"""The controller's memo (``reconcile.profiles.Memo``) is a shortcut only: through a run of
 changes, every pass returns with it exactly what it returns without it, and at rest it
 works out no status again."""
 
@@ -13,9 +13,10 @@ import pytest
 
 from tests.controller.builders import NAMESPACE, observed, profile_body, windows_node
 from tests.controller.test_reconcile import apply
-from wcow_operator.reconcile import core
-from wcow_operator.reconcile.core import Memo, ReconcileSettings, reconcile
-from wcow_operator.reconcile.model import Observed, ObservedProfile, Outcome
+from wcow_operator.reconcile import profile_status
+from wcow_operator.reconcile.model import Observed, ObservedProfile, Outcome, ReconcileSettings
+from wcow_operator.reconcile.profiles import Memo
+from wcow_operator.reconcile.reconciler import reconcile
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SETTINGS = ReconcileSettings(namespace=NAMESPACE)
@@ -58,13 +59,13 @@ class Twin:
 
 
 def count_statuses(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
-    original = core._status
+    original = profile_status.status_of
 
     def counted(state: Any, *args: Any) -> Any:
         calls.append(state.name)
         return original(state, *args)
 
-    monkeypatch.setattr(core, "_status", counted)
+    monkeypatch.setattr(profile_status, "status_of", counted)
 
 
 def test_a_run_of_changes_gives_the_same_with_and_without_the_memo(

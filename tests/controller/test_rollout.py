@@ -15,9 +15,9 @@ from tests.controller.builders import observed, profile_body
 from wcow_contract.conditions import timestamp
 from wcow_contract.wire.plan import plan_document
 from wcow_contract.wire.rollout import RESUME_ANNOTATION, Rollout, may_change, parse_rollout
-from wcow_operator.reconcile.core import ReconcileSettings, reconcile
-from wcow_operator.reconcile.model import ObservedNode
-from wcow_operator.reconcile.rollout import (
+from wcow_operator.reconcile.model import ObservedNode, ReconcileSettings
+from wcow_operator.reconcile.reconciler import reconcile
+from wcow_operator.reconcile.rollout_decision import (
     NodeReport,
     Progress,
     changed_handlers,

@@ -8,10 +8,10 @@ from typing import Any, cast
 
 import pytest
 
-from wcow_operator.controller.api import ApiError
-from wcow_operator.k8s.uninstaller import UninstallApi
-from wcow_operator.reconcile.uninstall import not_clean, with_signal
-from wcow_operator.uninstall import Deadline, Uninstall, main
+from wcow_operator.controller.cluster_api import ApiError
+from wcow_operator.k8s.uninstall_api import UninstallApi
+from wcow_operator.reconcile.uninstall_decisions import not_clean, with_signal
+from wcow_operator.uninstall_command import Deadline, Uninstall, main
 
 SIGNAL = "runtime.wcow.dev/uninstall"
 STATUS = "runtime.wcow.dev/agent-status"

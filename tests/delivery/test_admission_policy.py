@@ -24,8 +24,7 @@ from wcow_contract.wire.plan import PLAN_CONFIGMAP, build_plan
 from wcow_contract.wire.rollout import RESUME_ANNOTATION, ROLLOUT_CONFIGMAP
 from wcow_operator.controller.controller import Controller
 from wcow_operator.controller.metrics import Metrics
-from wcow_operator.reconcile.core import ReconcileSettings
-from wcow_operator.reconcile.model import FINALIZER
+from wcow_operator.reconcile.model import FINALIZER, ReconcileSettings
 from wcow_operator.render.configmaps import plan_config_map
 from wcow_operator.render.runtimeclass import render_runtime_class
 from wcow_operator.render.webhooks import Endpoint, OwnerReference, webhook_configuration

@@ -14,7 +14,7 @@ from deploy.generate import DEPLOY, NAMESPACE, RELEASE, UNINSTALL
 from tests.delivery.helpers import find, render
 from wcow_contract.v1alpha1 import GROUP, PLURAL
 from wcow_operator import rbac
-from wcow_operator.k8s.uninstaller import UNINSTALL_PERMISSIONS, UninstallApi
+from wcow_operator.k8s.uninstall_api import UNINSTALL_PERMISSIONS, UninstallApi
 
 JOB = f"{RELEASE}-uninstall"
 HOOK_KEYS = ("helm.sh/hook", "helm.sh/hook-weight", "helm.sh/hook-delete-policy")

@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import ROOT
 from wcow_agent.cli import build_parser as agent_parser
-from wcow_operator import uninstall
+from wcow_operator import uninstall_command as uninstall
 from wcow_operator.cli import build_parser as wcow_parser
 from wcow_operator.plugin.cli import _parser as plugin_parser
 from wcow_operator.settings import _parser as operator_parser

@@ -34,7 +34,7 @@ from tests.e2e.test_delivery import (  # noqa: F401 - install is a fixture
 )
 from wcow_contract.wire.plan import PLAN_CONFIGMAP
 from wcow_contract.wire.rollout import RESUME_ANNOTATION, ROLLOUT_CONFIGMAP
-from wcow_operator.k8s.api import KubernetesApi
+from wcow_operator.k8s.kubernetes_api import KubernetesApi
 from wcow_operator.reconcile.model import FINALIZER
 from wcow_operator.render.webhooks import (
     WEBHOOK_CONFIGURATION,

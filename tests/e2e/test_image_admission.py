@@ -31,8 +31,8 @@ from tests.e2e.operator_harness import (
     windows_pod,
 )
 from tests.registry import Registry, require_registry, running
-from wcow_operator.reconcile.images import ORIGINAL_IMAGES
 from wcow_operator.render.webhooks import WEBHOOK_CONFIGURATION
+from wcow_operator.webhook.image_decision import ORIGINAL_IMAGES
 
 pytestmark = pytest.mark.e2e
 

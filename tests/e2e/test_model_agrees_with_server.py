@@ -39,7 +39,7 @@ from tests.e2e.operator_harness import GROUP, PLURAL, VERSION, installed_crd
 from tests.e2e.profile_strategies import profiles
 from wcow_contract.errors import ProfileInvalidError, parse_profile
 from wcow_contract.quantity import QuantityError, parse_quantity
-from wcow_operator.render.bundle import render_all
+from wcow_operator.render.profile_set import render_all
 
 pytestmark = pytest.mark.e2e
 

@@ -55,8 +55,8 @@ from tests.e2e.test_delivery import (  # noqa: F401 - install is a fixture
     token_kubeconfig,
 )
 from wcow_contract.catalog.hcs_annotations import ANNOTATION_MEMORY_MB, ANNOTATION_PROCESSOR_COUNT
-from wcow_operator.handlers.certificates import Authority
 from wcow_operator.render.webhooks import WEBHOOK_CONFIGURATION
+from wcow_operator.webhook.certificates import Authority
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,7 @@ from tests.admission.pods import container, pod
 from tests.conftest import profile_document
 from tests.control_plane import free_port
 from tests.registry import Registry, require_registry, running
-from wcow_operator.reconcile.images import ORIGINAL_IMAGES
+from wcow_operator.webhook.image_decision import ORIGINAL_IMAGES
 
 
 @pytest.fixture

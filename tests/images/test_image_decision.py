@@ -1,4 +1,4 @@
-"""The pure image decision (reconcile.images): facts in, pins / refusal / warnings out."""
+"""The pure image decision (webhook.image_decision): facts in, pins / refusal / warnings out."""
 
 from __future__ import annotations
 
@@ -8,20 +8,23 @@ from typing import Any
 import pytest
 
 from tests.admission.pods import container, pod, profile, profiles
-from wcow_operator.reconcile.admission import Admitted, Refused, admit, admit_update
-from wcow_operator.reconcile.images import (
-    IMAGE_BUILD_MISMATCH,
-    IMAGE_UNRESOLVED,
-    ORIGINAL_IMAGES,
+from wcow_operator.registry.facts import (
     Entry,
     Facts,
     ImageFacts,
     LookupFailure,
     Platform,
+    repository_of,
+)
+from wcow_operator.webhook.decide import admit, admit_update
+from wcow_operator.webhook.decision import Admitted, Refused
+from wcow_operator.webhook.image_decision import (
+    IMAGE_BUILD_MISMATCH,
+    IMAGE_UNRESOLVED,
+    ORIGINAL_IMAGES,
     changed_images,
     only_containers,
     references,
-    repository_of,
     with_images,
     with_updated_images,
 )

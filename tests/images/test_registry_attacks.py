@@ -16,9 +16,9 @@ import pytest
 
 from tests.images.hostile import answer, read_head, serving
 from tests.registry import Registry, require_registry, running
-from wcow_operator.reconcile.images import ImageFacts, LookupFailure
 from wcow_operator.registry.client import RegistryClient
 from wcow_operator.registry.credentials import Credential, scoped_credentials
+from wcow_operator.registry.facts import ImageFacts, LookupFailure
 from wcow_operator.registry.resolver import Resolver
 
 WS2022 = "10.0.20348.2655"

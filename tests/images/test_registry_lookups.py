@@ -16,9 +16,9 @@ import pytest
 
 from tests.control_plane import free_port
 from tests.registry import DOCKER_MANIFEST, Registry, require_registry, running
-from wcow_operator.reconcile.images import ImageFacts, LookupFailure
 from wcow_operator.registry.client import RegistryClient
 from wcow_operator.registry.credentials import Credential
+from wcow_operator.registry.facts import ImageFacts, LookupFailure
 from wcow_operator.registry.resolver import FactsCache, Resolver
 
 WS2019, WS2022 = "10.0.17763.1234", "10.0.20348.2655"

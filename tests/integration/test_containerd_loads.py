@@ -18,7 +18,7 @@ from wcow_agent.containerd_lines import line_for, unsupported
 from wcow_agent.host.containerd import ContainerdCli
 from wcow_agent.host.process import SubprocessRunner
 from wcow_operator.cli import load_profiles
-from wcow_operator.render.bundle import render_all
+from wcow_operator.render.profile_set import render_all
 
 pytestmark = needs_containerd
 

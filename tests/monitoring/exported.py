@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from wcow_agent.metrics import Metrics as AgentMetrics
 from wcow_operator.controller.metrics import Metrics as OperatorMetrics
-from wcow_operator.handlers.admission import AdmissionMetrics
+from wcow_operator.webhook.metrics import AdmissionMetrics
 
 _SUFFIXES = {
     "counter": ("_total",),

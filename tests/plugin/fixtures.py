@@ -16,7 +16,7 @@ from wcow_contract.wire.rollout import Halt, Rollout, dump_rollout
 
 __all__ = ["dump_rollout"]
 from wcow_contract.v1alpha1 import NodeFailure
-from wcow_operator.controller.api import ApiError
+from wcow_operator.controller.cluster_api import ApiError
 
 OLD, NEW = "sha256:" + "a" * 64, "sha256:" + "b" * 64
 PLAN = {"hash": NEW, "handlers": {"hv": {"generation": 2}, "proc": {"generation": 1}}}

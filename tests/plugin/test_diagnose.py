@@ -13,8 +13,8 @@ import yaml
 
 from tests.plugin import fixtures
 from wcow_operator.plugin import cli
-from wcow_operator.plugin.bundle import REDACTED, redact_object, redact_text, write_bundle
 from wcow_operator.plugin.collect import MAX_AGENT_LOGS, collect
+from wcow_operator.plugin.diagnose_bundle import REDACTED, redact_object, redact_text, write_bundle
 
 NOW = datetime(2026, 11, 25, 1, 30, tzinfo=UTC)
 

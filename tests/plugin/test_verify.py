@@ -7,7 +7,7 @@ import itertools
 from typing import Any
 
 from tests.plugin import fixtures
-from wcow_operator.controller.api import ApiError
+from wcow_operator.controller.cluster_api import ApiError
 from wcow_operator.plugin import probe, verify
 
 IMAGE = "registry.k8s.io/pause:3.10"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from wcow_contract.wire.plan import dump_plan
-from wcow_operator.render.bundle import render_all
+from wcow_operator.render.profile_set import render_all
 
 BIN = Path(sys.executable).parent  # the venv's console scripts
 TIME_LIMIT = 10.0  # generous for a busy 2-core machine; the commands take well under 2 s

@@ -16,8 +16,8 @@ from wcow_contract.catalog.annotation_patterns import pattern_problem
 from wcow_contract.catalog.runhcs_options import NCPROXY_PIPE_PATTERN, default_annotations_problem
 from wcow_contract.errors import parse_profile
 from wcow_contract.v1alpha1 import IMAGE_REFERENCE_PATTERN, RUNTIME_PATH_PATTERN
-from wcow_operator.render.bundle import render_all
 from wcow_operator.render.configmaps import plan_config_map
+from wcow_operator.render.profile_set import render_all
 from wcow_operator.render.serialize import dump_yaml_documents
 
 # Everything UTF-8 can carry (no lone surrogates), including quotes, newlines, `]]`, NUL.

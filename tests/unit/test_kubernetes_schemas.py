@@ -9,8 +9,8 @@ import pytest
 
 from tests.conftest import SAMPLES, MakeProfile
 from wcow_operator.cli import load_profiles
-from wcow_operator.render.bundle import render_all
 from wcow_operator.render.configmaps import plan_config_map
+from wcow_operator.render.profile_set import render_all
 from wcow_operator.render.runtimeclass import render_runtime_class
 
 VERSION = kubernetes_validate.latest_version()

@@ -19,9 +19,9 @@ from wcow_contract.wire.plan import (
     plan_with_text,
 )
 from wcow_operator.cli import load_profiles
-from wcow_operator.render.bundle import FRAGMENT_VERSIONS, render_all
 from wcow_operator.render.configmaps import plan_config_map
 from wcow_operator.render.containerd import render_containerd_toml
+from wcow_operator.render.profile_set import FRAGMENT_VERSIONS, render_all
 
 
 def test_plan_entry_carries_what_the_agent_needs(make_profile: MakeProfile) -> None:

@@ -47,8 +47,8 @@ from wcow_contract.wire.rollout import (
     parse_rollout,
 )
 from wcow_operator.cli import load_profiles
-from wcow_operator.render.bundle import render_all
 from wcow_operator.render.configmaps import plan_config_map, rollout_config_map
+from wcow_operator.render.profile_set import render_all
 
 WIRE = ROOT / "tests" / "fixtures" / "wire"
 PLAN_V1 = (WIRE / "plan-v1.json").read_text(encoding="utf-8")

@@ -32,8 +32,8 @@ from wcow_agent.metrics import Metrics as AgentMetrics
 from wcow_contract.condition_table import markdown_table as conditions_table
 from wcow_contract.reference import markdown_reference
 from wcow_operator.controller.metrics import Metrics as OperatorMetrics
-from wcow_operator.handlers.admission import AdmissionMetrics
 from wcow_operator.settings import markdown_settings
+from wcow_operator.webhook.metrics import AdmissionMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference"

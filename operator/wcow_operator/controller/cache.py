@@ -24,7 +24,7 @@ from wcow_contract.wire.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_operator.reconcile.drain import CORDONED_BY, CORDONED_BY_VALUE
 from wcow_operator.reconcile.model import Observed, ObservedNode, ObservedProfile
 from wcow_operator.reconcile.nodes import Contribution, NodeTally, contribution
-from wcow_operator.reconcile.rollout import NodeReport
+from wcow_operator.reconcile.rollout_decision import NodeReport
 
 Kind = Literal["profiles", "runtimeclasses", "plan", "rollout", "nodes"]
 KINDS: tuple[Kind, ...] = ("profiles", "runtimeclasses", "plan", "rollout", "nodes")

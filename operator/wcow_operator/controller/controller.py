@@ -1,4 +1,6 @@
-"""One reconcile pass (observe -> reconcile -> write) and the loop that schedules passes."""
+"""One reconcile pass: observe (the watch-fed cache) -> reconcile (pure) -> write, phase by
+phase; and the hand-over, the rollout decision alone between passes. ``controller.runner``
+schedules both."""
 
 from __future__ import annotations
 
@@ -6,7 +8,6 @@ import dataclasses
 import json
 import logging
 import socket
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,45 +21,25 @@ from wcow_contract.text import printable
 from wcow_contract.v1alpha1 import API_VERSION, KIND
 from wcow_contract.wire.plan import PLAN_CONFIGMAP, PLAN_KEY
 from wcow_contract.wire.rollout import ROLLOUT_CONFIGMAP, ROLLOUT_KEY, Rollout, parse_rollout
-from wcow_operator.controller.api import ApiError, ClusterApi
 from wcow_operator.controller.cache import ClusterCache, Kind
+from wcow_operator.controller.cluster_api import ApiError, ClusterApi
 from wcow_operator.controller.drainer import Drainer
 from wcow_operator.controller.metrics import Metrics
-from wcow_operator.reconcile.core import (
-    Memo,
-    ReconcileSettings,
-    normalized_status,
-    reconcile,
-    runtime_class_failed,
-)
 from wcow_operator.reconcile.model import (
     FINALIZER,
     PHASES,
     EventNote,
     Observed,
     Outcome,
+    ReconcileSettings,
     Write,
 )
-from wcow_operator.reconcile.rollout import next_timeout
-from wcow_support.retry import Backoff
+from wcow_operator.reconcile.profiles import Memo
+from wcow_operator.reconcile.reconciler import reconcile
+from wcow_operator.reconcile.rollout_decision import next_timeout
 
 log = logging.getLogger(__name__)
 EVENT_NAMESPACE = "default"
-# Hand-overs (rollout writes between passes) are spaced by the fleet's size: a write reaches
-# every agent's watch, so writing once per finished node would cost N x N events per
-# rollout. At most this many agent deliveries a second (200 nodes: a write per 0.1 s; 2000:
-# per 1 s), and never closer than the floor nor further apart than the ceiling.
-HAND_OVER_DELIVERIES_PER_SECOND = 2000
-HAND_OVER_FLOOR_SECONDS = 0.05
-HAND_OVER_CEILING_SECONDS = 1.0
-
-
-def hand_over_spacing(nodes: int) -> float:
-    """Seconds between two hand-overs' rollout writes for a fleet of ``nodes``."""
-    spacing = nodes / HAND_OVER_DELIVERIES_PER_SECOND
-    return min(HAND_OVER_CEILING_SECONDS, max(HAND_OVER_FLOOR_SECONDS, spacing))
-
-
 RUNTIME_CLASS_WRITES = ("create-runtime-class", "replace-runtime-class", "recreate-runtime-class")
 # The metric counts every condition a profile carries (the catalogue the docs render).
 CONDITION_TYPES = tuple(kind.type for kind in CONDITIONS)
@@ -224,19 +205,16 @@ class Controller:
         report.again_in = self.drainer.run(outcome.drain, self._pool)
 
     def _with_failures(self, batch: list[Write], failed_rc: dict[str, Exception]) -> list[Write]:
-        """Status patches that tell the truth when this pass's RuntimeClass write failed; a
-        patch that would change nothing is dropped (a persistent failure writes nothing)."""
+        """Where this pass's RuntimeClass write failed, the status write the pass gave for
+        that case instead (none: the status says so already)."""
         adjusted = []
         for write in batch:
             failure = failed_rc.get(write.target)
-            if failure is None:
+            instead = write.if_runtime_class_failed
+            if failure is None or instead is None:
                 adjusted.append(write)
-                continue
-            status = runtime_class_failed(write.body["status"], failure, self.clock())
-            if normalized_status((write.observed or {}).get("status") or {}) != status:
-                adjusted.append(
-                    Write(write.kind, write.target, {"status": status}, observed=write.observed)
-                )
+            elif (chosen := instead(failure, self.clock())) is not None:
+                adjusted.append(chosen)
         return adjusted
 
     def _try(self, write: Write) -> Exception | None:
@@ -484,121 +462,3 @@ def _superseded(write: Write, failure: Exception | None) -> bool:
     """A status write refused because the profile changed after the pass read it: no
     error (a user's edit racing a write), the status is written from the newer version."""
     return write.kind == "update-status" and isinstance(failure, ApiError) and failure.status == 409
-
-
-class Runner:
-    """Runs passes when triggered (watch events) or every ``resync_seconds``; coalesces
-    bursts of events into one pass, and backs off after failures.
-
-    The debounce counts from the first change the last pass did not see: a change waits
-    ``debounce_seconds`` for more, never longer. Changes that arrived while a pass wrote
-    (a burst longer than the pass) are handled as soon as it ends if they waited that long
-    already, not a whole debounce after it."""
-
-    def __init__(
-        self,
-        controller: Controller,
-        resync_seconds: float,
-        debounce_seconds: float = 0.5,
-        max_backoff_seconds: float = 60.0,
-        hand_over_seconds: float | None = None,
-    ) -> None:
-        self.controller = controller
-        self.resync_seconds = resync_seconds
-        self.debounce_seconds = debounce_seconds
-        self.backoff = Backoff(initial=1.0, maximum=max_backoff_seconds)
-        self._dirty = threading.Event()
-        self._changes = threading.Lock()
-        self._changed_at: float | None = None  # monotonic time of the first unseen change
-        self._report = threading.Event()  # a node's report changed: hand over at once
-        # None: spaced by the fleet's size (``hand_over_spacing``), else this fixed spacing.
-        self.hand_over_seconds = hand_over_seconds
-        self._handed_over: float | None = None  # monotonic time of the last hand-over
-        self.last_pass_ok: float | None = None
-        self.heartbeat = time.monotonic()
-
-    def trigger(self) -> None:
-        with self._changes:
-            if self._changed_at is None:
-                self._changed_at = time.monotonic()
-            self._dirty.set()
-
-    def _seen(self) -> None:
-        """The pass about to run reads the cache as it is now: every change so far."""
-        with self._changes:
-            self._dirty.clear()
-            self._changed_at = None
-
-    def reported(self) -> None:
-        """A node's report changed: the rollout decision runs at once (``hand_over``), the
-        whole pass after the debounce as for any change."""
-        self._report.set()
-        self.trigger()
-
-    def _debounce(self, stop: threading.Event) -> None:
-        """Wait ``debounce_seconds`` for more changes, handing over slots meanwhile: at once,
-        but at most one rollout write per ``hand_over_spacing`` of the fleet (or per
-        ``hand_over_seconds`` when given), since every rollout write goes to every agent's
-        watch (nodes finishing together are let in by one write). A
-        report that changes no decision (a node recording its attempt) writes nothing, so it
-        does not hold back the next report's hand-over. Counted from the first unseen change
-        (from now when the resync timer woke the runner)."""
-        with self._changes:
-            since = self._changed_at if self._changed_at is not None else time.monotonic()
-        deadline = since + self.debounce_seconds
-        while not stop.is_set():
-            now = time.monotonic()
-            due = self._hand_over_due()
-            if self._report.is_set() and now >= due:
-                self._report.clear()
-                if self.controller.hand_over():
-                    self._handed_over = time.monotonic()
-                continue
-            if now >= deadline:
-                return
-            if self._report.is_set():
-                stop.wait(min(deadline, due) - now)
-            else:
-                self._report.wait(deadline - now)
-
-    def _hand_over_due(self) -> float:
-        """When the next hand-over may write (monotonic time)."""
-        if self._handed_over is None:
-            return 0.0
-        spacing = self.hand_over_seconds
-        if spacing is None:
-            spacing = hand_over_spacing(self.controller.cache.counts()["nodes"])
-        return self._handed_over + spacing
-
-    def run(self, stop: threading.Event) -> None:
-        # Never plan from a half-filled cache: a profile not listed yet would look deleted.
-        while not self.controller.cache.synced():
-            self.heartbeat = time.monotonic()
-            if stop.wait(0.1):
-                return
-        delays = self.backoff.delays()
-        wait = 0.0  # first pass right away
-        while not stop.is_set():
-            self.heartbeat = time.monotonic()
-            self._dirty.wait(timeout=wait)
-            if stop.is_set():
-                return
-            self._debounce(stop)
-            self._seen()
-            report = self.controller.run_pass()
-            self.heartbeat = time.monotonic()
-            if report.errors:
-                # Level-triggered: the next pass re-reads everything, so waiting is enough.
-                stop.wait(next(delays))
-                wait = 0.0
-            else:
-                self.last_pass_ok = time.monotonic()
-                # While a node drains, look again soon (at once when one is drained); a
-                # permission that times out is judged when it does.
-                due = [t for t in (report.again_in, report.wake_in) if t is not None]
-                if report.superseded:
-                    # The watch brings the newer profile, and its trigger ends the wait;
-                    # a watch that lags gets the backoff, not a 409 every debounce.
-                    wait = min([self.resync_seconds, *due, next(delays)])
-                else:
-                    wait, delays = min([self.resync_seconds, *due]), self.backoff.delays()

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from wcow_operator.controller.api import ApiError, ClusterApi
+from wcow_operator.controller.cluster_api import ApiError, ClusterApi
 from wcow_operator.controller.metrics import Metrics
 from wcow_operator.reconcile.drain import (
     CORDONED_BY,

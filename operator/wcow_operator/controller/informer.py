@@ -23,8 +23,8 @@ from typing import Any
 from wcow_contract.v1alpha1 import GROUP, PLURAL, VERSION
 from wcow_contract.wire.plan import PLAN_CONFIGMAP
 from wcow_contract.wire.rollout import ROLLOUT_CONFIGMAP
-from wcow_operator.controller.api import ClusterApi, Watched, WatchExpiredError
 from wcow_operator.controller.cache import ClusterCache, kept
+from wcow_operator.controller.cluster_api import ClusterApi, Watched, WatchExpiredError
 
 log = logging.getLogger(__name__)
 

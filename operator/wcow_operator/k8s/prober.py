@@ -8,7 +8,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from wcow_operator.controller.api import ApiError, Permission
+from wcow_operator.controller.cluster_api import ApiError, Permission
 from wcow_operator.k8s.reader import ClusterReader, declares
 from wcow_operator.k8s.transport import TransportError, api_error
 

@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from wcow_contract.v1alpha1 import GROUP, PLURAL, VERSION
 from wcow_contract.wire.plan import PLAN_CONFIGMAP
 from wcow_contract.wire.rollout import ROLLOUT_CONFIGMAP
-from wcow_operator.controller.api import ApiError, Permission
+from wcow_operator.controller.cluster_api import ApiError, Permission
 from wcow_operator.k8s.transport import JsonTransport, TransportError, api_error
 from wcow_operator.rbac import OPERATOR_LEASE
 from wcow_operator.render.webhooks import WEBHOOK_CONFIGURATION

@@ -16,7 +16,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from wcow_operator.controller.api import ApiError
+from wcow_operator.controller.cluster_api import ApiError
 
 FIELD_MANAGER = "wcow-operator"
 # Nobody answered at all (refused, reset, timed out): worth retrying, like a 5xx.

@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from wcow_operator.controller.api import ApiError
+from wcow_operator.controller.cluster_api import ApiError
 from wcow_operator.k8s.prober import PodProber
 from wcow_operator.k8s.reader import ClusterReader, kubeconfig_client
 from wcow_operator.plugin import probe, status, table
-from wcow_operator.plugin.bundle import write_bundle
 from wcow_operator.plugin.collect import collect
+from wcow_operator.plugin.diagnose_bundle import write_bundle
 
 EXIT_CLUSTER = 1
 EXIT_USAGE = 2

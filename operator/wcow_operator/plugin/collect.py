@@ -17,9 +17,9 @@ from wcow_contract.v1alpha1 import KIND
 from wcow_contract.wire.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_contract.wire.plan import PLAN_CONFIGMAP
 from wcow_contract.wire.rollout import ROLLOUT_CONFIGMAP
-from wcow_operator.controller.api import ApiError
+from wcow_operator.controller.cluster_api import ApiError
 from wcow_operator.plugin import status, table
-from wcow_operator.plugin.bundle import dump
+from wcow_operator.plugin.diagnose_bundle import dump
 
 T = TypeVar("T")
 OPERATOR_PODS: Final = "app.kubernetes.io/part-of=wcow-runtime,app.kubernetes.io/component=operator"

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from wcow_operator.controller.api import ApiError
+from wcow_operator.controller.cluster_api import ApiError
 from wcow_operator.plugin import verify
 from wcow_operator.plugin.verify import Result
 

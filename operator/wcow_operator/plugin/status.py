@@ -1,7 +1,7 @@
 """``kubectl wcow status``, decided: the cluster's objects in, a report out (no API calls).
 
 Where each node stands in the rollout is decided by the operator's own rule
-(``reconcile.rollout.node_state`` over the agent's report, parsed with the contract's
+(``reconcile.rollout_decision.node_state`` over the agent's report, parsed with the contract's
 ``parse_agent_status``), so the plugin and the operator cannot disagree about a node.
 """
 
@@ -29,7 +29,7 @@ from wcow_contract.wire.agent_status import (
 from wcow_contract.wire.plan import PLAN_CONFIGMAP
 from wcow_contract.wire.rollout import ROLLOUT_CONFIGMAP, Rollout, parse_rollout
 from wcow_operator.reconcile.nodes import node_report
-from wcow_operator.reconcile.rollout import node_state
+from wcow_operator.reconcile.rollout_decision import node_state
 
 CAPABILITY_PREFIX: Final = NODE_LABEL_PREFIX
 CELL: Final = 120  # characters of free text in one table cell

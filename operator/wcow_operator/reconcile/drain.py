@@ -1,4 +1,4 @@
-"""Drain before a restart: the pure decisions (``spec.rollout.drain``, issue 20 item 1).
+"""Drain before a restart: the pure decisions (``spec.rollout.drain``).
 
 The operator drains a node *before* it lets the node change: a node picked for the change
 goes first into the rollout's ``draining`` (it counts against maxUnavailable but may not
@@ -87,7 +87,7 @@ def drain_order(
 
 @dataclass(frozen=True)
 class Turn:
-    """One pass's drain decisions for the rollout (``reconcile.rollout.decide``).
+    """One pass's drain decisions for the rollout (``reconcile.rollout_decision.decide``).
     ``order`` None: no drain asked, or the rollout is halted: nobody moves."""
 
     order: DrainOrder | None

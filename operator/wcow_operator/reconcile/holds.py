@@ -1,4 +1,4 @@
-"""A failing profile holds back only itself (issue 20 item 6).
+"""A failing profile holds back only itself.
 
 One plan carries every profile's change, and a node takes the whole plan. So when a node
 reports a changed handler Failed, the operator does not stop the plan: it holds that
@@ -35,7 +35,7 @@ from wcow_contract.wire.canonical import canonical_json
 from wcow_contract.wire.plan import PlanEntry
 from wcow_contract.wire.plan_check import EntryRefusedError, checked_entry
 from wcow_contract.wire.rollout import Hold, Rollout
-from wcow_operator.reconcile.rollout import (
+from wcow_operator.reconcile.rollout_decision import (
     MAX_LISTED,
     NodeReport,
     Progress,

@@ -1,22 +1,41 @@
-"""What the controller observed, and the writes that would make the cluster match the profiles.
+"""What the controller observed, the settings a pass runs with, and the writes that would
+make the cluster match the profiles.
 
-Plain data only: the reconcile functions turn an ``Observed`` into a ``Plan`` of ``Write``s,
-and the controller executes them through the Kubernetes adapter.
+Plain data only: the reconcile functions turn an ``Observed`` into an ``Outcome`` of
+``Write``s, and the controller executes them through the Kubernetes adapter.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from wcow_contract.v1alpha1 import ConditionStatus, Drain
+
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
+    from datetime import datetime
 
     from wcow_operator.reconcile.drain import DrainProgress, DrainWork
     from wcow_operator.reconcile.nodes import NodeTally
-    from wcow_operator.reconcile.rollout import NodeReport, Progress
+    from wcow_operator.reconcile.rollout_decision import NodeReport, Progress
 
 FINALIZER = "runtime.wcow.dev/cleanup"
+CONFIGMAP_LIMIT = 1024 * 1024
+# One condition as a step decides it: (status, reason, message).
+Row = tuple[ConditionStatus, str, str]
+
+
+@dataclass(frozen=True)
+class ReconcileSettings:
+    namespace: str
+    require_node_gating: bool = False
+    max_unavailable: int | str = "10%"  # the default of profiles that do not set it
+    rollout_timeout: timedelta = timedelta(seconds=900)
+    drain: Drain = "None"  # the default of profiles that do not set spec.rollout.drain
+    plan_warn_bytes: int = CONFIGMAP_LIMIT // 2
+    plan_max_bytes: int = CONFIGMAP_LIMIT * 9 // 10
 
 
 @dataclass(frozen=True)
@@ -118,6 +137,12 @@ class Write:
     # For replace/recreate/delete: the observed object (resourceVersion, uid preconditions).
     observed: dict[str, Any] | None = None
     after_plan: bool = False  # only if the plan write in this pass succeeded (or none was due)
+    # A status write: what to write instead when this pass's write of the profile's
+    # RuntimeClass fails, given the error and the time (None: nothing, the status already
+    # says so). Decided by reconcile (``profile_status``); the controller only picks it.
+    if_runtime_class_failed: Callable[[Exception, datetime], Write | None] | None = field(
+        default=None, compare=False, repr=False
+    )
 
 
 @dataclass(frozen=True)
@@ -131,6 +156,17 @@ class EventNote:
     message: str
     # Posted only if this write (kind, target) succeeded in the pass; None: always.
     after: tuple[str, str] | None = None
+
+
+def profile_event(
+    profile: ObservedProfile,
+    type_: Literal["Normal", "Warning"],
+    reason: str,
+    message: str,
+    after: tuple[str, str] | None = None,
+) -> EventNote:
+    """An Event about ``profile`` (see ``EventNote``)."""
+    return EventNote(profile.name, profile.uid, type_, reason, message, after)
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,9 @@ Each node contributes to the handlers its agent reports; a ``NodeTally`` adds an
 contributions one node at a time, so a change on one node costs work for that node only,
 whatever the size of the fleet.
 
-A node's report is checked against the node before it counts (issue 17, point 7). The build
-comes from the kubelet's label ``node.kubernetes.io/windows-build``, not from the agent's
-report; Hyper-V from the agent (nothing else on the Node says it). A node that reports a
+A node's report is checked against the node before it counts. The build comes from the
+kubelet's label ``node.kubernetes.io/windows-build``, not from the agent's report; Hyper-V
+from the agent (nothing else on the Node says it). A node that reports a
 handler as anything but NotEligible while its build and Hyper-V cannot run it (Hyper-V
 isolation: Hyper-V and host build >= guest build; process isolation: a compatible build), or
 whose agent reports another build than its kubelet, is neither eligible nor ready: it is
@@ -39,7 +39,7 @@ from wcow_contract.wire.agent_status import (
     parse_agent_status,
 )
 from wcow_operator.reconcile.model import ObservedNode
-from wcow_operator.reconcile.rollout import NodeReport
+from wcow_operator.reconcile.rollout_decision import NodeReport
 
 MAX_FAILURES = 5
 MAX_UNFIT = 3  # reasons why no node can run a handler, in its condition's message

@@ -1,2 +1,2 @@
 """Reading images from their registries for admission: an adapter (the decisions are
-in ``reconcile.images``)."""
+in ``webhook.image_decision``)."""

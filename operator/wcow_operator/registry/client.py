@@ -23,7 +23,8 @@ from typing import Any, Final
 from urllib.parse import urlencode, urlsplit
 
 from wcow_contract.text import shown
-from wcow_operator.reconcile.images import (
+from wcow_operator.registry.credentials import DOCKER_HUB, Credential
+from wcow_operator.registry.facts import (
     Entry,
     Facts,
     ImageFacts,
@@ -31,7 +32,6 @@ from wcow_operator.reconcile.images import (
     Platform,
     repository_of,
 )
-from wcow_operator.registry.credentials import DOCKER_HUB, Credential
 from wcow_operator.registry.policy import (
     HostPort,
     PolicyRefusal,

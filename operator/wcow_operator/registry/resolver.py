@@ -1,9 +1,8 @@
 """Image lookups for admission: a bounded cache in front of the registry client, lookups in
-parallel under one deadline per pod, budgets per tenant, and the decision that combines
-sizing and images.
+parallel under one deadline per pod, and budgets per tenant.
 
 The webhook decides each pod in the ``Decider``'s threads with a 2 s deadline
-(``handlers.admission.DECISION_TIMEOUT_SECONDS``); a pod's lookups together get at most
+(``webhook.decider.DECISION_TIMEOUT_SECONDS``); a pod's lookups together get at most
 ``LOOKUP_TIMEOUT_SECONDS`` (1 s by default), and every lookup ends at its own deadline
 whatever the registry does (``transport``), so a slow registry costs the pod a warning,
 never a ``DecisionTimeout``.
@@ -32,22 +31,10 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from wcow_contract.text import shown
-from wcow_contract.v1alpha1 import WindowsRuntimeProfile
-from wcow_operator.reconcile.admission import Admitted, Decision, admit, admit_update
-from wcow_operator.reconcile.images import (
-    Facts,
-    ImageFacts,
-    LookupFailure,
-    changed_images,
-    only_containers,
-    references,
-    with_images,
-    with_updated_images,
-)
+from wcow_operator.registry.facts import Facts, ImageFacts, LookupFailure
 
 LOOKUP_TIMEOUT_SECONDS: Final = 1.0
 CACHE_ENTRIES: Final = 2048
@@ -296,51 +283,3 @@ def _dry_run(reference: str) -> LookupFailure:
     return LookupFailure(
         "DryRun", "a server-side dry run is answered from the cache and never waits on a registry"
     )
-
-
-@dataclass
-class ImageAdmission:
-    """``admit`` and then the images: what the webhook runs when image checks are on, and
-    ``wcow admit --resolve-images``. ``unchecked`` is told the cause of each image admitted
-    unread (the webhook counts them)."""
-
-    resolver: Resolver
-    refuse_unresolved: bool = False  # the operator's --unreachable-registry Refuse
-    unchecked: Callable[[str], None] = lambda cause: None
-
-    def admit(
-        self, pod: Mapping[str, Any], profiles: Mapping[str, WindowsRuntimeProfile]
-    ) -> Decision:
-        decision = admit(pod, profiles)
-        profile = profiles.get(decision.profile) if decision.profile else None
-        if profile is None or not isinstance(decision, Admitted):
-            return decision
-        facts = self.resolver.resolve(references(pod))
-        final, causes = with_images(decision, profile, facts, self._refuse(profile))
-        for cause in causes:
-            self.unchecked(cause)
-        return final
-
-    def admit_update(
-        self,
-        old: Mapping[str, Any],
-        new: Mapping[str, Any],
-        profiles: Mapping[str, WindowsRuntimeProfile],
-    ) -> Decision:
-        """``admit_update``, and the images an UPDATE changes judged as at creation."""
-        decision = admit_update(old, new, profiles)
-        profile = profiles.get(decision.profile) if decision.profile else None
-        names = changed_images(old, new)
-        if profile is None or not isinstance(decision, Admitted) or not names:
-            return decision
-        changed = only_containers(new, names)
-        facts = self.resolver.resolve(references(changed))
-        final, causes = with_updated_images(
-            decision, profile, changed, facts, self._refuse(profile)
-        )
-        for cause in causes:
-            self.unchecked(cause)
-        return final
-
-    def _refuse(self, profile: WindowsRuntimeProfile) -> bool:
-        return self.refuse_unresolved or profile.spec.images.unreachable_registry == "Refuse"

@@ -1,8 +1,8 @@
-"""The Mutating- and ValidatingWebhookConfiguration of the pod admission webhook (issue 11).
+"""The Mutating- and ValidatingWebhookConfiguration of the pod admission webhook.
 
 The mutating webhook sees pod CREATE (it sizes the VM); the validating one sees CREATE and
 UPDATE: the kubelet reads the VM annotations whenever it creates the pod's sandbox, so they
-must not change after admission (reconcile.admission.admit_update). Both rules match only
+must not change after admission (webhook.decide.admit_update). Both rules match only
 the pods resource (no subresource: status updates never reach the webhook). A chart guard
 (ValidatingAdmissionPolicy) pins exactly these rules, so change them together.
 

@@ -15,9 +15,7 @@ from collections.abc import Sequence
 
 from wcow_contract.condition_table import STALLING, UNDER_WAY
 from wcow_contract.conditions import NODES_READY, READY
-from wcow_contract.v1alpha1 import ConditionStatus
-
-Row = tuple[ConditionStatus, str, str]
+from wcow_operator.reconcile.model import Row
 
 
 def reconciling_and_stalled(

@@ -13,7 +13,7 @@ from typing import Any, Final
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from wcow_operator.controller.api import ApiError, Permission
+from wcow_operator.controller.cluster_api import ApiError, Permission
 from wcow_operator.k8s.transport import JsonTransport, TransportError, api_error
 from wcow_operator.render.webhooks import WEBHOOK_CONFIGURATION, OwnerReference
 

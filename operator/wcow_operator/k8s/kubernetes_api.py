@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from wcow_contract.v1alpha1 import GROUP, PLURAL, VERSION
 from wcow_contract.wire.plan import PLAN_CONFIGMAP
 from wcow_contract.wire.rollout import ROLLOUT_CONFIGMAP
-from wcow_operator.controller.api import (
+from wcow_operator.controller.cluster_api import (
     ApiError,
     ClusterApi,
     Page,

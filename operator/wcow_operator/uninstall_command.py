@@ -26,10 +26,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from wcow_operator.controller.api import ApiError
+from wcow_operator.controller.cluster_api import ApiError
 from wcow_operator.k8s.reader import kubeconfig_client
-from wcow_operator.k8s.uninstaller import UninstallApi
-from wcow_operator.reconcile.uninstall import (
+from wcow_operator.k8s.uninstall_api import UninstallApi
+from wcow_operator.reconcile.uninstall_decisions import (
     not_clean,
     owned_runtime_classes,
     plan_handlers,

@@ -1,8 +1,7 @@
 """Admission by image: pure decisions from image facts already read from the registries.
 
-What a registry says about a reference (``ImageFacts``: the index's entries with their
-platform, or the one manifest the reference names with the platform of its config) or why
-it could not say (``LookupFailure``) comes in; out comes the pod, with a Hyper-V pod's
+What a registry says about a reference (``registry.facts``: ``ImageFacts`` or, why it could
+not say, ``LookupFailure``) comes in; out comes the pod, with a Hyper-V pod's
 images pinned to the manifest of its guest build, or a refusal ``ImageBuildMismatch`` naming
 the container, the image, the builds it has and the build it needs. The registry client
 (``wcow_operator.registry``) does the reading; nothing here does I/O.
@@ -34,7 +33,8 @@ from typing import Any, Final
 from wcow_contract.catalog.windows_builds import WindowsBuild, process_can_run
 from wcow_contract.text import shown
 from wcow_contract.v1alpha1 import WindowsRuntimeProfile
-from wcow_operator.reconcile.admission import AdmissionWarning, Admitted, Decision, Refused
+from wcow_operator.registry.facts import Entry, Facts, ImageFacts, LookupFailure
+from wcow_operator.webhook.decision import AdmissionWarning, Admitted, Decision, Refused
 
 ORIGINAL_IMAGES: Final = "runtime.wcow.dev/original-images"
 IMAGE_BUILD_MISMATCH: Final = "ImageBuildMismatch"
@@ -44,51 +44,6 @@ REASONS: Final = (IMAGE_BUILD_MISMATCH, IMAGE_UNRESOLVED)
 IMAGE_UNCHECKED: Final = "ImageUnchecked"
 PLATFORM: Final = ("windows", "amd64")  # the only sandbox platform a profile can have
 MAX_REFERENCE: Final = 512  # longer references are not looked up (bounded keys and messages)
-_OS_VERSION = re.compile(r"10\.0\.([0-9]{4,6})(\.[0-9]{1,10})?")
-
-
-@dataclass(frozen=True)
-class Platform:
-    os: str
-    architecture: str
-    os_version: str = ""
-
-    @property
-    def build(self) -> int | None:
-        """The build of ``os.version`` (``10.0.<build>[.<revision>]``), None when absent or
-        of another form."""
-        match = _OS_VERSION.fullmatch(self.os_version)
-        return int(match.group(1)) if match else None
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One image manifest: its digest and platform (None: an index entry without one)."""
-
-    digest: str
-    platform: Platform | None
-
-
-@dataclass(frozen=True)
-class ImageFacts:
-    """What a reference resolved to: an index and its entries, or one manifest (one entry,
-    the platform read from its config)."""
-
-    repository: str  # the reference without tag or digest, as the user wrote it
-    digest: str  # of what the reference names
-    index: bool
-    entries: tuple[Entry, ...]
-
-
-@dataclass(frozen=True)
-class LookupFailure:
-    """Why a reference could not be read. ``cause`` is the metric label."""
-
-    cause: str  # Unreachable, Timeout, Unauthorized, NotFound, ServerError, TooLarge, Malformed
-    message: str
-
-
-Facts = ImageFacts | LookupFailure
 
 
 @dataclass(frozen=True)
@@ -121,14 +76,6 @@ def references(pod: Mapping[str, Any]) -> list[str]:
     """The distinct references to look up (too long ones are refused by the decision)."""
     seen = dict.fromkeys(c.reference for c in container_images(pod))
     return [r for r in seen if len(r) <= MAX_REFERENCE]
-
-
-def repository_of(reference: str) -> str:
-    """``reference`` without its digest and tag (``host:port/path`` keeps its port)."""
-    name = reference.split("@", 1)[0]
-    slash = name.rfind("/")
-    colon = name.rfind(":")
-    return name[:colon] if colon > slash else name
 
 
 @dataclass(frozen=True)

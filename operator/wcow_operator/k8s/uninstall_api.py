@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from wcow_contract.v1alpha1 import GROUP, PLURAL, VERSION
 from wcow_contract.wire.plan import PLAN_CONFIGMAP
-from wcow_operator.controller.api import ApiError, Permission
+from wcow_operator.controller.cluster_api import ApiError, Permission
 from wcow_operator.k8s.reader import JSON, ClusterReader, declares
 from wcow_operator.k8s.transport import TransportError, api_error
 

@@ -1,1 +1,0 @@
-"""kopf adapters: watch events become triggers of the controller's next pass."""
