@@ -21,8 +21,8 @@ from typing import Any
 
 from tests.fleet.paced import Window
 
-from wcow_agent.cluster import NodeObject, PlanObject, RolloutObject
-from wcow_agent.simulate.fleet import FleetCluster
+from wcow_agent.loop.cluster import NodeObject, PlanObject, RolloutObject
+from wcow_agent.simulator.fleet import FleetCluster
 from wcow_contract.wire.agent_status import AGENT_STATUS_ANNOTATION
 from wcow_contract.wire.rollout import parse_rollout
 

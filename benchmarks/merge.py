@@ -29,9 +29,9 @@ from typing import Any
 
 import tomlkit
 
-from wcow_agent import files
-from wcow_agent.files import read_config
-from wcow_agent.merge import merge_config
+from wcow_agent.config import files
+from wcow_agent.config.files import read_config
+from wcow_agent.config.merge import merge_config
 from wcow_contract.errors import parse_profile
 from wcow_contract.wire.plan import Plan, plan_for
 

@@ -6,7 +6,7 @@ the ideal, and what the fleet costs the API server once it is steady.
 
 Runs against the cluster KUBECONFIG points at, or else starts the project's local control
 plane (`make control-plane` builds it). Starts `wcow-operator` and N simulated Windows nodes
-running the real agent loop in this process (`wcow_agent.simulate.fleet.Fleet`, a 1 s containerd
+running the real agent loop in this process (`wcow_agent.simulator.fleet.Fleet`, a 1 s containerd
 restart and a 0.5 s canary as `wcow-agent simulate` defaults), creates one HyperV profile,
 waits until every node runs it, then changes its `vm.memoryMB` and prints, one per line:
 
@@ -93,9 +93,9 @@ from tests.fleet.paced import (
     rolled_out,
 )
 
-from wcow_agent.k8s import KubernetesCluster
-from wcow_agent.simulate.fleet import Fleet, FleetCluster, FleetOptions
-from wcow_agent.simulate.host import HostSettings
+from wcow_agent.loop.kubernetes_cluster import KubernetesCluster
+from wcow_agent.simulator.fleet import Fleet, FleetCluster, FleetOptions
+from wcow_agent.simulator.node import HostSettings
 from wcow_contract.wire.rollout import Rollout
 from wcow_operator.reconcile.rollout_decision import parse_max_unavailable
 

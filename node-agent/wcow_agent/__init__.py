@@ -1,26 +1,20 @@
-"""wcow-agent, the Windows node agent (docs/agent.md, docs/architecture.md).
+"""wcow-agent, the Windows node agent (docs/agent.md, docs/architecture.md), in rooms by job.
 
-- ``runner``: the ``run`` loop (plan and rollout watches in ``watch``, resync, drift checks,
-  reports to the Node, metrics, probes);
-- ``cycle``: one cycle (``NodeAgent``): host facts, state, judge the plan for this host,
-  then the rooms below;
-- ``gate``: may the node change to the plan now (paced rollout), and the record of its
-  attempts at a plan (``pacing``: the pure verdict);
-- ``attempt``: the change as one crash-safe transaction (preflight, write, restart,
-  rollback, recovery);
-- ``proving``: a canary per changed handler (``canary``: a pod sandbox through CRI, checked
-  through HCS);
-- ``uninstall``: adopted tables said out loud, and ``wcow-agent uninstall``;
-- ``state``: what the agent remembers beside config.toml, changed in named steps, written
-  in one place;
-- ``agent``: the decisions, pure (restarts, drift, canaries, Node status and labels);
-- ``eligibility`` + ``containerd_lines``: which handlers this host can run (build, Hyper-V,
-  and what its containerd line honours: the one version matrix);
-- ``merge`` + ``tomltext``: config.toml merge (owned tables only, byte-preserving);
-- ``plan``: the plan read and checked (``wcow_contract.wire.plan``);
-- ``host/``: the real Windows adapters behind Protocols (registry, containerd, crictl,
-  computecore.dll); ``simulate/``: a Windows node in memory and ``wcow-agent simulate``;
-- ``cluster`` + ``k8s``: the Kubernetes boundary (``k8s`` is the only module importing
-  the client);
-- ``cli``: ``wcow-agent run | merge | uninstall | canary | simulate``.
+- ``loop/``: ``wcow-agent run``: the agent loop, the plan and rollout watches, reports to
+  the Node, metrics, the startup taint; the ``Cluster`` protocol and its kubernetes adapter
+  (``loop/kubernetes_cluster.py``, the only module importing the client);
+- ``cycle/``: one reconcile (``NodeAgent``) and its steps: eligibility, the rollout's gate,
+  the apply transaction, canaries, the pause image, letting go; the decisions, pure;
+- ``config/``: what the agent writes beside containerd: config.toml merged (owned tables
+  only, byte-preserving), the pause image key, the state file, atomic writes; what each
+  containerd line honours;
+- ``host/``: the real Windows adapters behind Protocols (service control, containerd,
+  crictl, computecore.dll, file ACLs);
+- ``simulator/``: a Windows node in memory (``wcow-agent simulate``, and the tests' host
+  double) and a fleet of them;
+- ``commands/``: one module per command of ``cli.py`` (``run``, ``merge``, ``uninstall``,
+  ``canary``, ``simulate``).
+
+Each room imports only the rooms listed after it (the simulator apart from ``host/``;
+pyproject.toml's import contracts hold that).
 """

@@ -1,15 +1,21 @@
-"""A Windows node on Linux: containerd, crictl, computecore.dll and the API server, faked.
+"""The Windows-host double of the agent's tests: the simulator's node, seen through the real
+wire formats, and the API server.
 
-The fakes sit at the agent's own boundaries and speak the real wire formats:
-- ``FakeCrictl`` is a command runner that behaves like the ``crictl`` binary: it parses
-  the agent's command line, reads the JSON request files it was given and prints what
-  crictl prints (templates in ``wire/``), so the agent's real ``CrictlCri`` is tested;
-- ``FakeComputeCore`` exports ctypes callbacks with computecore.dll's signatures, so the
-  agent's real ``ComputeCore`` makes real ctypes calls, writes real out-pointers, and must
-  free every result document with ``LocalFree``;
-- ``FakeContainerd`` loads config.toml like containerd does (1.x drops its built-in
-  runtimes when the file defines any) and can refuse to come up with a file.
-Every call is recorded, so tests check the agent's requests, not only its results.
+``FakeNode`` is the simulator's ``SimulatedNode`` (its disk, containerd service, CRI, HCS and
+faults: one Windows host in memory, the same one ``wcow-agent simulate`` runs) with what only
+tests add on top:
+- ``FakeCrictl``, a command runner that answers like the ``crictl`` binary in front of the
+  node's CRI: it parses the agent's command line, reads the JSON request files it was given
+  and prints what crictl prints (templates in ``wire/``), so the agent's real ``CrictlCri``
+  is tested;
+- ``FakeComputeCore``, ctypes callbacks with computecore.dll's signatures in front of the
+  node's HCS, so the agent's real ``ComputeCore`` makes real ctypes calls, writes real
+  out-pointers, and must free every result document with ``LocalFree``;
+- a fake clock the agent and the node share, containerd's real default files
+  (``tests/fixtures/configs``), every shim a handler names installed, and the requests
+  recorded (crictl command lines and files, config dumps), so tests check the agent's
+  requests, not only its results.
+``FakeCluster`` is the API server as the agent sees it (its ``Cluster`` boundary).
 """
 
 from __future__ import annotations
@@ -18,18 +24,15 @@ import ctypes
 import itertools
 import json
 import queue
-import tomllib
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path, PureWindowsPath
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-import tomli_w
-
-from wcow_agent.attempt import Timeouts
-from wcow_agent.cluster import ClusterError, NodeObject, PlanObject, RolloutObject
-from wcow_agent.cycle import NodeAgent
+from wcow_agent.config.state import Paths
+from wcow_agent.cycle.node_agent import NodeAgent
+from wcow_agent.cycle.transaction import Timeouts
 from wcow_agent.host.computecore import (
     COMPUTECORE_SIGNATURES,
     HCS_E_SYSTEM_NOT_FOUND,
@@ -37,24 +40,19 @@ from wcow_agent.host.computecore import (
     ComputeCore,
 )
 from wcow_agent.host.crictl import CrictlCri
-from wcow_agent.host.interfaces import CommandTimeoutError, ContainerdError, Host
+from wcow_agent.host.interfaces import CriError, Host
 from wcow_agent.host.process import Completed
-from wcow_agent.simulate.host import effective_runtimes
-from wcow_agent.state import Paths
-from wcow_contract.catalog.windows_builds import WindowsBuild
+from wcow_agent.loop.cluster import ClusterError, NodeObject, PlanObject, RolloutObject
+from wcow_agent.simulator.containerd import SimulatedContainerd
+from wcow_agent.simulator.cri import Sandbox, SimulatedCri
+from wcow_agent.simulator.hcs import SimulatedHcs
+from wcow_agent.simulator.node import HostSettings, SimulatedNode
 from wcow_contract.wire.canonical import dump_json
 from wcow_contract.wire.plan import Plan, dump_plan
-from wcow_contract.wire.runtime_table import RUNTIMES_PATH
 
 WIRE = Path(__file__).resolve().parent / "wire"
 CONFIGS = Path(__file__).resolve().parent.parent / "fixtures" / "configs"
-SHIM = "containerd-shim-runhcs-v1.exe"
 E_FAIL = ctypes.c_int32(0x80004005).value
-
-
-class SimulatedCrash(BaseException):
-    """The agent process dies here: raised from inside a host call (not an Exception, so
-    the agent's error handling does not catch it). After it, every host call dies too."""
 
 
 class FakeClock:
@@ -67,6 +65,11 @@ class FakeClock:
     def sleep(self, seconds: float) -> None:
         self.now += seconds
 
+    def passes(self, seconds: float) -> bool:
+        """The node's ``sleep``: time passes at once; the agent never stops meanwhile."""
+        self.now += seconds
+        return False
+
 
 def wire(name: str, **values: str) -> Any:
     text = (WIRE / name).read_text(encoding="utf-8")
@@ -75,20 +78,20 @@ def wire(name: str, **values: str) -> Any:
     return json.loads(text)
 
 
-@dataclass
-class Sandbox:
-    id: str
-    name: str
-    namespace: str
-    uid: str
-    handler: str
-    labels: dict[str, str]
-    state: str = "SANDBOX_READY"
-    containers: dict[str, dict[str, Any]] = field(default_factory=dict)
+def containerd_default(containerd_version: str) -> str:
+    """What ``containerd config default`` prints on Windows, captured from the real binary."""
+    name = (
+        "v2-containerd-1.7-default.toml"
+        if containerd_version.startswith("1.")
+        else "v3-containerd-2.1-default.toml"
+    )
+    return (CONFIGS / name).read_text(encoding="utf-8")
 
 
-class FakeNode:
-    """One Windows node: the disk around config.toml, the containerd service, CRI, HCS."""
+class FakeNode(SimulatedNode):
+    """One Windows node: the simulator's, with crictl and computecore.dll in front of its CRI
+    and HCS, and the names the tests read (``restarts``: the files containerd restarted
+    with; ``ops``: the host calls; ``cri_up``: containerd answers on CRI)."""
 
     def __init__(
         self,
@@ -100,60 +103,69 @@ class FakeNode:
         logical_processors: int = 8,
         config_text: str | None = None,
     ) -> None:
-        self.root = root
-        self.config = root / "config.toml"
         if config_text is not None:
-            self.config.write_text(config_text, encoding="utf-8")
+            (root / "config.toml").write_text(config_text, encoding="utf-8")
         self.clock = FakeClock()
-        self.build = build
-        self.hyperv = hyperv
-        self.containerd_version = containerd_version
-        self.logical_processors = logical_processors
-        self.running_text: str | None = config_text
-        self.cri_up = True
-        self.network_ready = True
-        self.refuse: Callable[[str | None], str | None] = lambda _text: None
-        self.refuse_mode = "start"  # "start": the service fails; "cri": CRI never answers
-        self.restarts: list[str | None] = []
-        self.ops: list[str] = []
-        self.crash_at: int | None = None
-        self.crashed = False
-        self.sandboxes: dict[str, Sandbox] = {}
-        self.systems: dict[str, dict[str, Any]] = {}
+        settings = HostSettings(
+            build=f"10.0.{build}",
+            hyperv=hyperv,
+            containerd_version=containerd_version,
+            logical_processors=logical_processors,
+            config_default=containerd_default(containerd_version),
+            seed_config=False,  # no config.toml: containerd runs on its built-in defaults
+            shim_paths=None,
+        )
+        super().__init__("win-1", root, settings, sleep=self.clock.passes)
+        self.running = True  # each test starts from containerd up with the node's file
         self.crictl_calls: list[list[str]] = []
         self.crictl_inputs: list[tuple[str, dict[str, Any]]] = []
-        self.runp_hangs = False
-        self.ignore_isolation = False
-        self.vm_processors: int | None = None  # what the VM really gets, if not as asked
-        self.vm_memory_mb: int | None = None
-        self.dump_calls: list[str] = []
-        self.images: dict[str, str] = {}  # reference -> os.version of what was pulled
-        self.image_builds: dict[str, str] = {}  # reference -> os.version a pull gets
-        self.pull_fails: dict[str, str] = {}  # reference -> what the pull answers
         self.container_ops: list[tuple[str, str]] = []
+        self.dump_calls: list[str] = []
         self.written_texts: list[str] = []
         self.computecore = FakeComputeCore(self)
 
-    # -- bookkeeping -----------------------------------------------------------------
+    # -- the names the tests read ------------------------------------------------------
+
+    @property  # type: ignore[override]
+    def restarts(self) -> list[str | None]:
+        return self.restarted_with
+
+    @property
+    def ops(self) -> list[str]:
+        return self.calls
 
     def op(self, name: str) -> None:
-        if self.crashed:
-            raise SimulatedCrash(f"dead agent called {name}")
-        self.ops.append(name)
-        if self.crash_at is not None and len(self.ops) == self.crash_at:
-            self.crashed = True
-            raise SimulatedCrash(name)
+        self.call(name)
 
-    def disk_text(self) -> str | None:
-        return self.config.read_text(encoding="utf-8") if self.config.exists() else None
+    @property
+    def cri_up(self) -> bool:
+        return self.running
 
-    def loaded_runtimes(self) -> dict[str, Any]:
-        return effective_runtimes(self.running_text, self.containerd_version)[0]
+    @cri_up.setter
+    def cri_up(self, up: bool) -> None:
+        self.running = up
+
+    @property
+    def logical_processors(self) -> int:
+        return self.settings.logical_processors
+
+    @property
+    def containerd_version(self) -> str:
+        return self.settings.containerd_version
+
+    @containerd_version.setter
+    def containerd_version(self, version: str) -> None:
+        """containerd upgraded (or the node's real binary's): its defaults come with it."""
+        self.settings = replace(
+            self.settings, containerd_version=version, config_default=containerd_default(version)
+        )
+
+    # -- the agent on this node ----------------------------------------------------------
 
     def host(self) -> Host:
         return Host(
-            windows=FakeWindows(self),
-            containerd=FakeContainerd(self),
+            windows=super().host().windows,
+            containerd=RecordedContainerd(self),
             cri=CrictlCri(FakeCrictl(self), "crictl.exe", work_dir=self.root),
             hcs=ComputeCore(self.computecore.dll, self.computecore.kernel32),
         )
@@ -185,116 +197,57 @@ class FakeNode:
         return [s for s in self.sandboxes.values() if "runtime.wcow.dev/canary" in s.labels]
 
 
-class FakeWindows:
+class RecordedContainerd(SimulatedContainerd):
+    """The node's containerd, with every file ``config dump`` was asked about kept."""
+
+    node: FakeNode
+
     def __init__(self, node: FakeNode) -> None:
-        self.node = node
-
-    def windows_build(self) -> WindowsBuild:
-        return WindowsBuild(self.node.build)
-
-    def hyperv_available(self) -> bool:
-        return self.node.hyperv
-
-
-class FakeContainerd:
-    def __init__(self, node: FakeNode) -> None:
-        self.node = node
-
-    def version(self) -> str:
-        self.node.op("containerd --version")
-        return self.node.containerd_version
-
-    def config_default(self) -> str:
-        self.node.op("containerd config default")
-        name = (
-            "v2-containerd-1.7-default.toml"
-            if self.node.containerd_version.startswith("1.")
-            else "v3-containerd-2.1-default.toml"
-        )
-        return (CONFIGS / name).read_text(encoding="utf-8")
+        super().__init__(node)
 
     def config_dump(self, config: Path) -> str:
-        self.node.op("containerd config dump")
-        text = config.read_text(encoding="utf-8")
-        self.node.dump_calls.append(text)
-        try:
-            document = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as error:
-            raise ContainerdError(
-                f"`containerd --config {config} config dump` failed (exit 1): "
-                f"containerd: failed to load TOML from {config}: {error}"
-            ) from None
-        runtimes, default = effective_runtimes(text, self.node.containerd_version)
-        version = 2 if self.node.containerd_version.startswith("1.") else 3
-        dump: dict[str, Any] = {k: v for k, v in document.items() if k != "plugins"}
-        dump["version"] = version
-        node = dump
-        for name in RUNTIMES_PATH[version][:-1]:
-            node = node.setdefault(name, {})
-        node["default_runtime_name"] = default
-        node["runtimes"] = runtimes
-        return tomli_w.dumps(dump)
-
-    def restart(self, timeout: float) -> None:
-        node = self.node
-        node.op("containerd restart")
-        text = node.disk_text()
-        node.restarts.append(text)
-        why = node.refuse(text)
-        if why:
-            node.running_text = None
-            node.cri_up = False
-            if node.refuse_mode == "start":
-                raise ContainerdError(
-                    "Restart-Service containerd failed: Failed to start service "
-                    f"'containerd (containerd)'. {why}"
-                )
-            return
-        node.running_text = text
-        node.cri_up = True
+        self.node.dump_calls.append(config.read_text(encoding="utf-8"))
+        return super().config_dump(config)
 
 
 _CRICTL_FATAL = 'time="2026-03-02T10:11:12Z" level=fatal msg="{message}"\n'
+_CRI_DOWN = (
+    "validate service connection: validate CRI v1 runtime API for endpoint "
+    '\\"npipe:////./pipe/containerd-containerd\\": rpc error: code = Unavailable '
+    "desc = connection error: open \\\\\\\\.\\\\pipe\\\\containerd-containerd: "
+    "The system cannot find the file specified."
+)
+# The simulated CRI says which crictl command failed; crictl itself does not.
+_COMMAND_PREFIX = re.compile(r"^crictl(?: [a-z]+)?(?: failed)?: ")
 
 
 class FakeCrictl:
-    """A command runner that answers like ``crictl.exe`` against this node's containerd."""
+    """A command runner that answers like ``crictl.exe``, for the node's simulated CRI."""
 
     def __init__(self, node: FakeNode) -> None:
         self.node = node
+        self.cri = SimulatedCri(node)
 
     def __call__(
         self, args: Sequence[str], *, timeout: float, input_text: str | None = None
     ) -> Completed:
-        node = self.node
         rest = list(args[1:])
         globals_: dict[str, str] = {}
-        while (
-            rest
-            and rest[0].startswith("--")
-            and rest[0]
-            in (
-                "--runtime-endpoint",
-                "--image-endpoint",
-                "--timeout",
-            )
-        ):
+        while rest and rest[0] in ("--runtime-endpoint", "--image-endpoint", "--timeout"):
             globals_[rest[0]] = rest[1]
             rest = rest[2:]
         command = rest[0]
-        node.op(f"crictl {command}")
-        node.crictl_calls.append(list(args))
+        self.node.crictl_calls.append(list(args))
         assert globals_.get("--runtime-endpoint") == "npipe:////./pipe/containerd-containerd"
         assert globals_.get("--timeout", "").endswith("s")
-        if not node.cri_up:
-            return self._fatal(
-                "validate service connection: validate CRI v1 runtime API for endpoint "
-                '\\"npipe:////./pipe/containerd-containerd\\": rpc error: code = Unavailable '
-                "desc = connection error: open \\\\\\\\.\\\\pipe\\\\containerd-containerd: "
-                "The system cannot find the file specified."
-            )
         handler = getattr(self, "_" + command.replace("-", "_"))
-        result: Completed = handler(rest[1:], timeout)
+        try:
+            result: Completed = handler(rest[1:], timeout)
+        except CriError as error:
+            if not self.node.running:
+                return self._fatal(_CRI_DOWN)
+            said = _COMMAND_PREFIX.sub("", str(error)).replace('"', '\\"')
+            return self._fatal(said)
         return result
 
     @staticmethod
@@ -307,11 +260,11 @@ class FakeCrictl:
 
     def _info(self, args: list[str], timeout: float) -> Completed:
         assert args == ["-o", "json"]
-        node = self.node
-        two = not node.containerd_version.startswith("1.")
+        status = self.cri.status(timeout)
+        two = status.handlers is not None
         info = wire("crictl-info-2x.json" if two else "crictl-info.json")
-        info["status"]["conditions"][1]["status"] = node.network_ready
-        if not node.network_ready:
+        info["status"]["conditions"][1]["status"] = status.network_ready
+        if not status.network_ready:
             info["status"]["conditions"][1]["reason"] = "NetworkPluginNotReady"
             info["status"]["conditions"][1]["message"] = (
                 "Network plugin returns error: cni config uninitialized"
@@ -319,70 +272,19 @@ class FakeCrictl:
         if two:
             features = info["runtimeHandlers"][0]["features"]
             info["runtimeHandlers"] = [{"features": features}] + [
-                {"features": features, "name": name} for name in sorted(node.loaded_runtimes())
+                {"features": features, "name": name} for name in status.handlers or ()
             ]
         return self._ok(json.dumps(info, indent=2) + "\n")
 
     def _runp(self, args: list[str], timeout: float) -> Completed:
-        node = self.node
         assert args[0] == "--runtime", args
         handler, path = args[1], args[2]
         config = json.loads(Path(path).read_text(encoding="utf-8"))
-        node.crictl_inputs.append(("runp", config))
-        metadata = config.get("metadata") or {}
-        if not metadata.get("name") or not metadata.get("namespace"):
-            return self._fatal("load podSandboxConfig: name or namespace is not in metadata")
-        if node.runp_hangs:
-            node.clock.now += timeout + 10
-            sandbox_id = self._create_sandbox(config, handler)  # it comes up after all
-            raise CommandTimeoutError(f"crictl runp did not finish in {timeout:.0f} s (killed)")
-        runtimes = node.loaded_runtimes()
-        if handler not in runtimes:
-            return self._fatal(
-                "run pod sandbox: rpc error: code = Unknown desc = failed to get sandbox "
-                f'runtime: no runtime for \\"{handler}\\" is configured'
-            )
-        sandbox_id = self._create_sandbox(config, handler)
-        return self._ok(sandbox_id + "\n")
+        self.node.crictl_inputs.append(("runp", config))
+        return self._ok(self.cri.run_pod_sandbox(config, handler, timeout) + "\n")
 
-    def _create_sandbox(self, config: dict[str, Any], handler: str) -> str:
-        node = self.node
-        sandbox_id = uuid.uuid4().hex + uuid.uuid4().hex
-        metadata = config["metadata"]
-        node.sandboxes[sandbox_id] = Sandbox(
-            sandbox_id,
-            metadata["name"],
-            metadata["namespace"],
-            metadata.get("uid", ""),
-            handler,
-            dict(config.get("labels") or {}),
-        )
-        runtime = node.loaded_runtimes().get(handler, {})
-        options = runtime.get("options") or {}
-        template = {s["SystemType"]: s for s in wire("hcs-enumerate.json", SANDBOX_ID=sandbox_id)}
-        if options.get("SandboxIsolation") == 1 and not node.ignore_isolation:
-            vm = dict(template["VirtualMachine"])
-            if runtime.get("runtime_path"):  # hcsshim: Owner = base name of its own binary
-                vm["Owner"] = PureWindowsPath(runtime["runtime_path"]).name
-            vm["_memoryMB"] = node.vm_memory_mb or options.get("VmMemorySizeInMb", 1024)
-            vm["_processors"] = node.vm_processors or min(
-                options.get("VmProcessorCount", 2), node.logical_processors
-            )
-            node.systems[vm["Id"]] = vm
-        else:
-            node.systems[sandbox_id] = dict(template["Container"])
-        return sandbox_id
-
-    def _sandbox(self, sandbox_id: str) -> Sandbox | None:
-        return self.node.sandboxes.get(sandbox_id)
-
-    def _not_found(self, sandbox_id: str) -> Completed:
-        return self._fatal(
-            f'getting the pod sandbox status for \\"{sandbox_id}\\": rpc error: code = '
-            "NotFound desc = an error occurred when try to find sandbox: not found"
-        )
-
-    def _fill(self, template: str, sandbox: Sandbox) -> Any:
+    def _fill(self, template: str, sandbox_id: str) -> Any:
+        sandbox = self.node.sandboxes[sandbox_id]
         return wire(
             template,
             SANDBOX_ID=sandbox.id,
@@ -395,11 +297,9 @@ class FakeCrictl:
 
     def _inspectp(self, args: list[str], timeout: float) -> Completed:
         assert args[:2] == ["-o", "json"]
-        sandbox = self._sandbox(args[2])
-        if sandbox is None:
-            return self._not_found(args[2])
-        document = self._fill("crictl-inspectp.json", sandbox)
-        document["status"]["labels"] = sandbox.labels
+        status = self.cri.pod_sandbox_status(args[2], timeout)
+        document = self._fill("crictl-inspectp.json", status.id)
+        document["status"]["labels"] = status.labels
         return self._ok(json.dumps(document, indent=2) + "\n")
 
     def _pods(self, args: list[str], timeout: float) -> Completed:
@@ -410,106 +310,78 @@ class FakeCrictl:
                 key, value = args[index + 1].split("=", 1)
                 wanted[key] = value
         items = []
-        for sandbox in self.node.sandboxes.values():
-            if all(sandbox.labels.get(k) == v for k, v in wanted.items()):
-                item = self._fill("crictl-pods.json", sandbox)["items"][0]
-                item["labels"] = sandbox.labels
-                items.append(item)
+        for status in self.cri.list_pod_sandboxes(wanted, timeout):
+            item = self._fill("crictl-pods.json", status.id)["items"][0]
+            item["labels"] = status.labels
+            items.append(item)
         return self._ok(json.dumps({"items": items}, indent=2) + "\n")
 
     def _stopp(self, args: list[str], timeout: float) -> Completed:
-        sandbox = self._sandbox(args[0])
-        if sandbox is None:
-            return self._not_found(args[0])
-        sandbox.state = "SANDBOX_NOTREADY"
-        self.node.systems.pop(f"{sandbox.id}@vm", None)
-        self.node.systems.pop(sandbox.id, None)
-        return self._ok(f"Stopped sandbox {sandbox.id}\n")
+        self.cri.stop_pod_sandbox(args[0], timeout)
+        return self._ok(f"Stopped sandbox {args[0]}\n")
 
     def _rmp(self, args: list[str], timeout: float) -> Completed:
         assert args[0] == "--force"
-        sandbox = self.node.sandboxes.pop(args[1], None)
-        if sandbox is None:
-            return self._not_found(args[1])
-        self.node.systems.pop(f"{sandbox.id}@vm", None)
-        self.node.systems.pop(sandbox.id, None)
-        return self._ok(f"Removed sandbox {sandbox.id}\n")
+        self.cri.remove_pod_sandbox(args[1], timeout)
+        return self._ok(f"Removed sandbox {args[1]}\n")
 
     def _pull(self, args: list[str], timeout: float) -> Completed:
         (image,) = args
-        problem = self.node.pull_fails.get(image)
-        if problem:
-            return self._fatal(f"pulling image: {problem}")
-        self.node.images.setdefault(image, self.node.image_builds.get(image, self._host()))
+        self.cri.pull_image(image, timeout)
         return self._ok(f"Image is up to date for sha256:{'ab' * 32}\n")
-
-    def _host(self) -> str:
-        return f"10.0.{self.node.build}.1"
 
     def _inspecti(self, args: list[str], timeout: float) -> Completed:
         assert args[:2] == ["-o", "json"], args
         image = args[2]
-        if image not in self.node.images:
+        version = self.cri.image_os_version(image, timeout)
+        if version is None:
             return self._fatal(f'no such image \\"{image}\\" present')
         repo = image.rsplit(":", 1)[0]
-        document = wire(
-            "crictl-inspecti.json", OS_VERSION=self.node.images[image], IMAGE=image, REPO=repo
-        )
+        document = wire("crictl-inspecti.json", OS_VERSION=version, IMAGE=image, REPO=repo)
         return self._ok(json.dumps(document, indent=2))
+
+    def _create(self, args: list[str], timeout: float) -> Completed:
+        sandbox_id, container_path, sandbox_path = args
+        container = json.loads(Path(container_path).read_text(encoding="utf-8"))
+        sandbox = json.loads(Path(sandbox_path).read_text(encoding="utf-8"))
+        self.node.crictl_inputs.append(("create", container))
+        self.node.crictl_inputs.append(("create-sandbox", sandbox))
+        return self._ok(self.cri.create_container(sandbox_id, container, sandbox, timeout) + "\n")
+
+    def _start(self, args: list[str], timeout: float) -> Completed:
+        self.cri.start_container(args[0], timeout)
+        return self._ok(args[0] + "\n")
+
+    def _exec(self, args: list[str], timeout: float) -> Completed:
+        assert args[:3] == ["--sync", "--timeout", args[2]]
+        container_id, command = args[3], args[4:]
+        return self._ok(self.cri.exec_sync(container_id, command, timeout))
 
     def _stop(self, args: list[str], timeout: float) -> Completed:
         (container_id,) = args
         self.node.container_ops.append(("stop", container_id))
+        self.cri.stop_container(container_id, timeout)
         return self._ok(container_id + "\n")
 
     def _rm(self, args: list[str], timeout: float) -> Completed:
         assert args[0] == "--force", args
         container_id = args[1]
         self.node.container_ops.append(("rm", container_id))
-        for sandbox in self.node.sandboxes.values():
-            sandbox.containers.pop(container_id, None)
+        self.cri.remove_container(container_id, timeout)
         return self._ok(container_id + "\n")
-
-    def _create(self, args: list[str], timeout: float) -> Completed:
-        sandbox_id, container_path, sandbox_path = args
-        container = json.loads(Path(container_path).read_text(encoding="utf-8"))
-        self.node.crictl_inputs.append(("create", container))
-        self.node.crictl_inputs.append(
-            ("create-sandbox", json.loads(Path(sandbox_path).read_text()))
-        )
-        sandbox = self._sandbox(sandbox_id)
-        if sandbox is None:
-            return self._not_found(sandbox_id)
-        container_id = uuid.uuid4().hex * 2
-        sandbox.containers[container_id] = container
-        return self._ok(container_id + "\n")
-
-    def _start(self, args: list[str], timeout: float) -> Completed:
-        return self._ok(args[0] + "\n")
-
-    def _exec(self, args: list[str], timeout: float) -> Completed:
-        assert args[:3] == ["--sync", "--timeout", args[2]]
-        container_id, command = args[3], args[4:]
-        owner = next(
-            (s for s in self.node.sandboxes.values() if container_id in s.containers), None
-        )
-        if owner is None:
-            return self._fatal(f'container \\"{container_id}\\" not found')
-        if command[-1] == "echo %NUMBER_OF_PROCESSORS%":
-            vm = self.node.systems.get(f"{owner.id}@vm")
-            count = vm["_processors"] if vm else self.node.logical_processors
-            return self._ok(f"{count}\r\n")
-        return self._fatal("unexpected command")
 
 
 class FakeComputeCore:
-    """computecore.dll and kernel32.LocalFree as ctypes callbacks with the real signatures.
+    """computecore.dll and kernel32.LocalFree as ctypes callbacks with the real signatures,
+    in front of the node's simulated HCS.
 
     Records every call; result documents are real wide-string buffers whose addresses go
-    through the out-pointers, and must come back through LocalFree."""
+    through the out-pointers, and must come back through LocalFree. Nothing here raises
+    (an exception cannot cross a ctypes callback): a dead agent's calls fail with E_FAIL."""
 
     def __init__(self, node: FakeNode) -> None:
         self.node = node
+        self.hcs = SimulatedHcs(node)
         self.calls: list[tuple[Any, ...]] = []
         self.operations: dict[int, dict[str, Any]] = {}
         self.open_systems: dict[int, str] = {}
@@ -578,12 +450,9 @@ class FakeComputeCore:
                 {"Error": self.enumerate_result, "ErrorMessage": "The operation timed out."}
             )
             return 0
-        wanted = json.loads(query or "{}").get("Ids")
-        systems = [
-            {k: v for k, v in s.items() if not k.startswith("_")}
-            for system_id, s in self.node.systems.items()
-            if wanted is None or system_id in wanted
-        ]
+        systems = self.hcs.enumerate_compute_systems(json.loads(query or "{}"), 0.0)
+        shape = {key for system in wire("hcs-enumerate.json", SANDBOX_ID="x") for key in system}
+        assert all(set(system) <= shape for system in systems), "not HCS's Properties shape"
         self.operations[operation]["document"] = json.dumps(systems)
         return 0
 
@@ -598,12 +467,12 @@ class FakeComputeCore:
 
     def properties(self, system: int, operation: int, query: str | None) -> int:
         system_id = self.open_systems[system]
-        self.calls.append(
-            ("HcsGetComputeSystemProperties", system_id, json.loads(query or "{}"), operation)
-        )
-        record = self.node.systems[system_id]
+        wanted = json.loads(query or "{}")
+        self.calls.append(("HcsGetComputeSystemProperties", system_id, wanted, operation))
+        found = self.hcs.compute_system_properties(system_id, wanted["PropertyTypes"], 0.0)
         document = wire("hcs-memory.json", SANDBOX_ID=system_id.removesuffix("@vm"))
-        document["Memory"]["VirtualMachineMemory"]["AssignedMemory"] = record["_memoryMB"] * 256
+        memory = document["Memory"]["VirtualMachineMemory"]
+        memory["AssignedMemory"] = found["Memory"]["VirtualMachineMemory"]["AssignedMemory"]
         self.operations[operation]["document"] = json.dumps(document)
         return 0
 
@@ -612,9 +481,12 @@ class FakeComputeCore:
         self.open_systems.pop(system)
 
     def service_properties(self, query: str | None, out: Any) -> int:
-        self.calls.append(("HcsGetServiceProperties", json.loads(query or "{}")))
+        wanted = json.loads(query or "{}")
+        self.calls.append(("HcsGetServiceProperties", wanted))
+        found = self.hcs.service_properties(wanted["PropertyTypes"])
         document = wire("hcs-processor-topology.json")
-        document["Properties"][0]["LogicalProcessorCount"] = self.node.logical_processors
+        count = found["Properties"][0]["LogicalProcessorCount"]
+        document["Properties"][0]["LogicalProcessorCount"] = count
         out[0] = self._document(json.dumps(document))
         return 0
 

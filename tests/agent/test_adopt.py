@@ -13,11 +13,12 @@ import pytest
 
 from tests.agent.conftest import DEFAULT_17, hyperv, make_plan
 from tests.agent.fakes import FakeNode
-from wcow_agent.agent import build_status
 from wcow_agent.cli import build_parser
 from wcow_agent.cli import main as agent_main
-from wcow_agent.merge import MARKER, merge_config
-from wcow_agent.state import load_state
+from wcow_agent.config.merge import merge_config
+from wcow_agent.config.merge_decision import MARKER
+from wcow_agent.config.state import load_state
+from wcow_agent.cycle.decisions import build_status
 from wcow_contract.wire.agent_status import dump_agent_status
 from wcow_contract.wire.plan import dump_plan
 

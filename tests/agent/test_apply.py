@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from tests.agent.conftest import DEFAULT_17, hyperv, make_plan, process
-from tests.agent.fakes import CONFIGS, FakeNode, Sandbox
+from tests.agent.fakes import CONFIGS, FakeNode
+from wcow_agent.config.merge_decision import MARKER
+from wcow_agent.config.state import load_state, text_hash
 from wcow_agent.host.computecore import GENERIC_ALL
-from wcow_agent.merge import MARKER
-from wcow_agent.state import load_state, text_hash
+from wcow_agent.simulator.cri import Sandbox
 
 V2_PATH = ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes")
 
@@ -197,7 +198,7 @@ def test_missing_config_is_seeded_from_containerd_config_default(tmp_path: Any) 
 
 def test_containerd_refusing_the_new_file_rolls_back_to_the_old_one(node: FakeNode) -> None:
     original = node.config.read_bytes()
-    node.refuse = lambda text: (
+    node.faults.refuse = lambda text: (
         "CRI plugin failed: invalid runtime" if text and "bad" in text else None
     )
 
@@ -230,8 +231,8 @@ def test_containerd_refusing_the_new_file_rolls_back_to_the_old_one(node: FakeNo
 
 def test_containerd_that_starts_but_never_answers_on_cri_is_rolled_back(node: FakeNode) -> None:
     original = node.config.read_text()
-    node.refuse_mode = "cri"
-    node.refuse = lambda text: "hangs" if text and "hv" in text else None
+    node.faults.refuse_mode = "cri"
+    node.faults.refuse = lambda text: "hangs" if text and "hv" in text else None
 
     report = node.agent(restart_timeout=30).reconcile(make_plan(hyperv()))
 
@@ -334,7 +335,7 @@ def test_canary_requests_are_what_crictl_and_hcs_expect(node: FakeNode) -> None:
 
 
 def test_a_sandbox_without_the_promised_isolation_fails_and_is_cleaned_up(node: FakeNode) -> None:
-    node.ignore_isolation = True  # the shim ran the sandbox as a process container
+    node.faults.ignore_isolation = True  # the shim ran the sandbox as a process container
 
     report = node.agent().reconcile(make_plan(hyperv()))
 
@@ -347,7 +348,7 @@ def test_a_sandbox_without_the_promised_isolation_fails_and_is_cleaned_up(node: 
 
 
 def test_vm_size_is_checked_where_it_can_be_observed(node: FakeNode) -> None:
-    node.vm_memory_mb = 1024  # the handler's size was not applied: hcsshim's default
+    node.faults.vm_memory_mb = 1024  # the handler's size was not applied: hcsshim's default
     report = node.agent().reconcile(make_plan(hyperv(vm={"memoryMB": 512})))
     outcome = (report.handlers or {})["hv"]
     assert (outcome.state, outcome.reason) == ("Failed", "VmSizeMismatch")
@@ -364,7 +365,7 @@ def test_vm_size_is_checked_where_it_can_be_observed(node: FakeNode) -> None:
     assert "physically backed" in outcome.message
 
     bigger = fresh_node(node.root / "n2")
-    bigger.vm_processors = 1
+    bigger.faults.vm_processors = 1
     image = {
         "enabled": True,
         "timeoutSeconds": 120,
@@ -390,7 +391,7 @@ def test_processor_count_is_capped_at_the_hosts_processors(tmp_path: Any) -> Non
 
 
 def test_a_hanging_canary_times_out_and_its_late_sandbox_is_removed(node: FakeNode) -> None:
-    node.runp_hangs = True
+    node.faults.runp_hangs = True
 
     report = node.agent().reconcile(make_plan(hyperv()))
 
@@ -484,7 +485,7 @@ def test_a_file_the_agent_cannot_replace_fails_the_cycle_not_the_agent(
     import os
     import types
 
-    from wcow_agent import files
+    from wcow_agent.config import files
 
     def locked(source: Any, target: Any) -> None:
         if Path(target).name == "config.toml":

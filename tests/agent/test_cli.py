@@ -13,11 +13,13 @@ import pytest
 from tests.agent.conftest import DEFAULT_17, hyperv, make_plan, process
 from tests.agent.fakes import FakeCluster, FakeNode
 from tests.conftest import SAMPLES
-from wcow_agent.cli import build_parser, main, run_canaries, uninstall
-from wcow_agent.files import FileLock
-from wcow_agent.metrics import Metrics
-from wcow_agent.runner import AgentLoop
-from wcow_agent.watch import RunOptions
+from wcow_agent.cli import build_parser, main
+from wcow_agent.commands.canary_command import run_canaries
+from wcow_agent.commands.uninstall_command import uninstall
+from wcow_agent.config.files import FileLock
+from wcow_agent.loop.agent_loop import AgentLoop
+from wcow_agent.loop.cluster_view import RunOptions
+from wcow_agent.loop.metrics import Metrics
 from wcow_contract.wire.plan import dump_plan
 from wcow_operator.cli import main as wcow_main
 from wcow_support.health import StepHealth
@@ -65,7 +67,7 @@ def test_uninstall_puts_the_file_back_when_containerd_will_not_start_without_our
 ) -> None:
     applied(node, cluster)
     merged = node.config.read_text()
-    node.refuse = lambda text: "broken" if text == DEFAULT_17 else None
+    node.faults.refuse = lambda text: "broken" if text == DEFAULT_17 else None
     args = build_parser().parse_args(["uninstall", "--config", str(node.config), "--no-kubernetes"])
 
     code = uninstall(args, {}, lambda a, s: node.host(), lambda: cluster)
@@ -110,7 +112,7 @@ def test_canary_command_prints_one_result_per_handler(
     ]
     assert lines[0]["observed"] == {"memoryMB": 2048}
 
-    node.ignore_isolation = True
+    node.faults.ignore_isolation = True
     assert (
         run_canaries(
             build_parser().parse_args(["canary", "hv", "--plan", str(plan_file)]),

@@ -21,6 +21,7 @@ from wcow_agent.host.computecore import (
     load_computecore,
 )
 from wcow_agent.host.interfaces import HcsError
+from wcow_agent.simulator.hcs import VmSize
 
 # shared/reference/windows-runtime-facts.md, section 3 ("computecore.dll C API"), as
 # transcribed from Microsoft's HCS Reference/*.md: parameters in order, then the return.
@@ -105,7 +106,7 @@ def hcs(tmp_path: Path) -> tuple[ComputeCore, FakeComputeCore, FakeNode]:
         "SystemType": "VirtualMachine",
         "Owner": "containerd-shim-runhcs-v1.exe",
         "State": "Running",
-        "_memoryMB": 2048,
+        "_size": VmSize(processors=2, memory_mb=2048),
     }
     fake = node.computecore
     return ComputeCore(fake.dll, fake.kernel32), fake, node

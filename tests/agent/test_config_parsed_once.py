@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from tests.agent.conftest import hyperv, make_plan
-from wcow_agent.attempt import Timeouts
-from wcow_agent.cycle import NodeAgent
-from wcow_agent.simulate.host import SimulatedNode
-from wcow_agent.state import Paths
+from wcow_agent.config.state import Paths
+from wcow_agent.cycle.node_agent import NodeAgent
+from wcow_agent.cycle.transaction import Timeouts
+from wcow_agent.simulator.node import SimulatedNode
 
 
 def test_config_toml_is_parsed_once_per_text(

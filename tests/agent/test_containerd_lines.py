@@ -11,10 +11,10 @@ import pytest
 
 from tests.agent.conftest import hyperv, make_plan, process
 from tests.agent.fakes import CONFIGS, FakeNode
-from wcow_agent.agent import build_status
 from wcow_agent.cli import main as agent_main
-from wcow_agent.containerd_lines import LINES, line_for, release_line, unsupported
-from wcow_agent.eligibility import Host, classify_handlers
+from wcow_agent.config.containerd_lines import LINES, line_for, release_line, unsupported
+from wcow_agent.cycle.decisions import build_status
+from wcow_agent.cycle.eligibility import Host, classify_handlers
 from wcow_contract.catalog.runhcs_options import RUNHCS_OPTIONS
 from wcow_contract.catalog.windows_builds import WindowsBuild
 from wcow_contract.wire.agent_status import dump_agent_status

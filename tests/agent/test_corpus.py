@@ -18,13 +18,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.agent.conftest import edited, hyperv, make_plan, process
-from tests.agent.fakes import CONFIGS, FakeContainerd, FakeNode
+from tests.agent.fakes import CONFIGS, FakeNode
 from tests.containerd import CONTAINERD, config_dump, needs_containerd
-from wcow_agent.containerd_lines import line_for, unsupported
+from wcow_agent.config.containerd_lines import line_for, unsupported
+from wcow_agent.config.merge import merge_config
+from wcow_agent.config.merge_decision import BUILTIN_RUNTIMES_1_6
 from wcow_agent.host.containerd import ContainerdCli
 from wcow_agent.host.interfaces import Host
 from wcow_agent.host.process import SubprocessRunner
-from wcow_agent.merge import BUILTIN_RUNTIMES_1_6, merge_config
+from wcow_agent.simulator.containerd import SimulatedContainerd
 from wcow_contract.wire.runtime_table import RUNTIMES_PATH
 
 CORPUS = sorted(p for p in CONFIGS.glob("*.toml") if not p.name.startswith("v1"))
@@ -218,7 +220,7 @@ def test_merged_v2_files_load_in_real_containerd_with_every_handler_table(
         assert unsupported(DESIRED["hv-reserve"], version)
 
 
-class RealContainerdCli(FakeContainerd):
+class RealContainerdCli(SimulatedContainerd):
     """The node's containerd binary for version, defaults and config dump; the service
     restart stays fake (there is no Windows service here)."""
 

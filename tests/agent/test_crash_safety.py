@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 
 from tests.agent.conftest import DEFAULT_17, hyperv, make_plan, process
-from tests.agent.fakes import FakeComputeCore, FakeNode, SimulatedCrash
-from wcow_agent import files
-from wcow_agent.agent import CycleReport
-from wcow_agent.state import load_state
+from tests.agent.fakes import FakeComputeCore, FakeNode
+from wcow_agent.config import files
+from wcow_agent.config.state import load_state
+from wcow_agent.cycle.decisions import CycleReport
+from wcow_agent.simulator.faults import SimulatedCrash
 
 
 @dataclass
@@ -70,7 +71,7 @@ def build(root: Path, scenario: Scenario, current: list[FakeNode]) -> FakeNode:
     current.append(node)
     scenario.prepare(node)
     if scenario.refuse is not None:
-        node.refuse = scenario.refuse
+        node.faults.refuse = scenario.refuse
     node.ops.clear()
     node.restarts.clear()
     return node
@@ -101,7 +102,7 @@ def counted_replace(monkeypatch: pytest.MonkeyPatch) -> list[FakeNode]:
 def run_to_rest(node: FakeNode, plan: dict[str, Any]) -> CycleReport:
     """A freshly started agent process, cycling while it asks to retry."""
     node.crashed = False
-    node.crash_at = None
+    node.faults.crash_at_call = None
     node.computecore = FakeComputeCore(node)  # a new process holds no HCS handles
     agent = node.agent()
     report = agent.reconcile(plan)
@@ -130,7 +131,7 @@ def test_killed_at_every_step_the_file_is_whole_and_the_next_start_converges(
 
     for k in range(1, len(steps) + 1):
         node = build(tmp_path / f"crash-{k}", scenario, counted_replace)
-        node.crash_at = k
+        node.faults.crash_at_call = k
         with pytest.raises(SimulatedCrash):
             node.agent().reconcile(scenario.plan)
         where = f"killed at step {k} ({steps[k - 1]})"

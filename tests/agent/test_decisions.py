@@ -7,7 +7,17 @@ import json
 import pytest
 
 from tests.agent.conftest import hyperv, make_plan
-from wcow_agent.agent import (
+from wcow_agent.config.containerd_lines import config_version_for
+from wcow_agent.config.state import AgentState
+from wcow_agent.cycle.canary import (
+    CanarySpec,
+    check_isolation,
+    check_memory,
+    check_processors,
+    expected_memory_mb,
+    pod_config,
+)
+from wcow_agent.cycle.decisions import (
     CycleReport,
     HandlerOutcome,
     HostFacts,
@@ -16,18 +26,9 @@ from wcow_agent.agent import (
     needs_canary,
     restart_reason,
 )
-from wcow_agent.canary import (
-    CanarySpec,
-    check_isolation,
-    check_memory,
-    check_processors,
-    expected_memory_mb,
-    pod_config,
-)
-from wcow_agent.host.containerd import config_version_for, parse_containerd_version
+from wcow_agent.host.containerd import parse_containerd_version
 from wcow_agent.host.crictl import parse_info
 from wcow_agent.host.windows import build_from_registry
-from wcow_agent.state import AgentState
 from wcow_contract.wire.agent_status import AgentStatus, dump_agent_status, parse_agent_status
 
 FACTS = HostFacts("10.0.20348", True, "1.7.20")

@@ -13,7 +13,7 @@ from tests.agent.conftest import hyperv, make_plan
 from tests.agent.fakes import FakeNode
 from wcow_agent.cli import build_parser
 from wcow_agent.cli import main as agent_main
-from wcow_agent.metrics import Metrics
+from wcow_agent.loop.metrics import Metrics
 from wcow_contract.wire.agent_status import AgentStatus, dump_agent_status
 from wcow_contract.wire.plan import dump_plan
 

@@ -14,9 +14,9 @@ import pytest
 from tests.agent.conftest import DEFAULT_17, forge, hyperv, make_plan
 from tests.agent.fakes import CONFIGS, FakeNode
 from wcow_agent.cli import main as agent_main
-from wcow_agent.files import sweep_temp_files, write_atomically
+from wcow_agent.config.files import sweep_temp_files, write_atomically
 from wcow_agent.host.filesecurity import PosixFileSecurity, platform_file_security
-from wcow_agent.plan import PlanError, load_plan
+from wcow_agent.loop.plan_loading import PlanError, load_plan
 from wcow_contract.wire.plan import dump_plan
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX modes and links")

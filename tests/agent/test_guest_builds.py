@@ -12,21 +12,23 @@ import pytest
 
 from tests.agent.conftest import DEFAULT_17, hyperv, make_plan, process
 from tests.agent.fakes import FakeNode
-from wcow_agent.agent import (
+from wcow_agent.config.sandbox_image import configured_pause_image
+from wcow_agent.config.state import Paths
+from wcow_agent.cycle.canary import CanarySpec
+from wcow_agent.cycle.decisions import (
     CycleReport,
     HostFacts,
     build_status,
     guest_builds_of,
     guest_label_changes,
 )
-from wcow_agent.attempt import Timeouts
-from wcow_agent.canary import CanarySpec
-from wcow_agent.cycle import NodeAgent
+from wcow_agent.cycle.node_agent import NodeAgent
+from wcow_agent.cycle.pause_image import build_of
+from wcow_agent.cycle.transaction import Timeouts
 from wcow_agent.host.crictl import parse_image_os_version
 from wcow_agent.host.interfaces import CriError
-from wcow_agent.images import build_of, configured_pause_image
-from wcow_agent.simulate.host import Faults, HostSettings, SimulatedNode, parse_fault
-from wcow_agent.state import Paths
+from wcow_agent.simulator.faults import Faults, parse_fault
+from wcow_agent.simulator.node import HostSettings, SimulatedNode
 from wcow_contract.wire.agent_status import dump_agent_status, parse_agent_status
 
 NANO_2019 = "mcr.microsoft.com/windows/nanoserver:ltsc2019"

@@ -16,10 +16,10 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from wcow_agent.cluster import ClusterError, NodeObject, WatchExpiredError
-from wcow_agent.k8s import KubernetesCluster
-from wcow_agent.metrics import Metrics
-from wcow_agent.watch import ClusterView, RunOptions
+from wcow_agent.loop.cluster import ClusterError, NodeObject, WatchExpiredError
+from wcow_agent.loop.cluster_view import ClusterView, RunOptions
+from wcow_agent.loop.kubernetes_cluster import KubernetesCluster
+from wcow_agent.loop.metrics import Metrics
 from wcow_operator.rbac import AGENT_CLUSTER_RULES, AGENT_NAMESPACE_RULES, allows
 
 AGENT = Path(__file__).resolve().parents[2] / "node-agent" / "wcow_agent"
@@ -292,7 +292,7 @@ def _imports(path: Path) -> set[str]:
 def test_only_the_adapter_imports_kubernetes_and_nothing_imports_the_operator() -> None:
     for path in sorted(AGENT.rglob("*.py")):
         imported = _imports(path)
-        if path.name != "k8s.py":
+        if path.name != "kubernetes_cluster.py":
             assert not {n for n in imported if n.split(".")[0] == "kubernetes"}, path
         operator = {n for n in imported if n.split(".")[0] == "wcow_operator"}
         assert not operator, f"{path.name} imports {operator}: use wcow_contract"
@@ -305,7 +305,7 @@ def test_containerd_1_6_hostprocess_token_is_found_under_the_sandbox_mount(
     CONTAINER_SANDBOX_MOUNT_POINT; the agent must still find its service account."""
     import kubernetes
 
-    from wcow_agent.k8s import SERVICE_ACCOUNT, load_credentials
+    from wcow_agent.loop.kubernetes_cluster import SERVICE_ACCOUNT, load_credentials
 
     account = tmp_path / SERVICE_ACCOUNT
     account.mkdir(parents=True)

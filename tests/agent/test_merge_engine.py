@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from wcow_agent import merge
-from wcow_agent.merge import MARKER, ConfigError, merge_config
-from wcow_agent.tomltext import parse_key, scan_headers
+from wcow_agent.config import merge_splice
+from wcow_agent.config.merge import merge_config
+from wcow_agent.config.merge_decision import MARKER, ConfigError
+from wcow_agent.config.toml_text import parse_key, scan_headers
 
 HV = {"runtime_type": "io.containerd.runhcs.v1", "options": {"SandboxIsolation": 1}}
 V2 = ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes")
@@ -20,13 +21,13 @@ HEAD = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\ndefault_r
 @pytest.fixture
 def tomlkit_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
-    real = merge._edit_tomlkit
+    real = merge_splice._edit_tomlkit
 
     def spy(text: str, decision: Any, version_line: str) -> str:
         calls.append(text)
         return real(text, decision, version_line)
 
-    monkeypatch.setattr(merge, "_edit_tomlkit", spy)
+    monkeypatch.setattr(merge_splice, "_edit_tomlkit", spy)
     return calls
 
 

@@ -13,16 +13,13 @@ from typing import Any
 import pytest
 
 from tests.agent.conftest import hyperv, make_plan, process
-from wcow_agent.agent import HostFacts, NodeLabels, selected_handlers
-from wcow_agent.attempt import Timeouts
-from wcow_agent.cycle import NodeAgent
-from wcow_agent.simulate.host import (
-    Faults,
-    HostSettings,
-    SimulatedNode,
-    effective_runtimes,
-)
-from wcow_agent.state import Paths
+from wcow_agent.config.state import Paths
+from wcow_agent.cycle.decisions import HostFacts, NodeLabels, selected_handlers
+from wcow_agent.cycle.node_agent import NodeAgent
+from wcow_agent.cycle.transaction import Timeouts
+from wcow_agent.simulator.containerd import effective_runtimes
+from wcow_agent.simulator.faults import Faults
+from wcow_agent.simulator.node import HostSettings, SimulatedNode
 from wcow_contract.wire.plan_check import EntryRefusedError, checked_entry
 
 GUEST_2019 = "node.runtime.wcow.dev/guest-build-17763"

@@ -9,14 +9,14 @@ import threading
 
 from tests.agent.fakes import FakeCluster
 from tests.agent.test_pacing import rollout_text
-from wcow_agent.cluster import PlanObject, RolloutObject
-from wcow_agent.metrics import Metrics
-from wcow_agent.watch import (
+from wcow_agent.loop.cluster import PlanObject, RolloutObject
+from wcow_agent.loop.cluster_view import (
     PACED_WAKE_SPREAD_SECONDS,
     ClusterView,
     RunOptions,
     paced_wake_delay,
 )
+from wcow_agent.loop.metrics import Metrics
 
 NODE = "win-1"
 

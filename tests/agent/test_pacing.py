@@ -12,17 +12,18 @@ import pytest
 
 from tests.agent.conftest import hyperv, make_plan, process
 from tests.agent.fakes import FakeCluster, FakeNode
-from wcow_agent.agent import CycleReport
-from wcow_agent.attempt import Timeouts
-from wcow_agent.cycle import NodeAgent
-from wcow_agent.gate import Pace
-from wcow_agent.merge import MergeResult
-from wcow_agent.metrics import Metrics
-from wcow_agent.pacing import Permission, decide, holds_agent_tables, is_paced
-from wcow_agent.runner import AgentLoop
-from wcow_agent.simulate.host import Faults, HostSettings, SimulatedNode
-from wcow_agent.state import AgentState, Paths, load_state
-from wcow_agent.watch import RunOptions
+from wcow_agent.config.merge import MergeResult
+from wcow_agent.config.state import AgentState, Paths, load_state
+from wcow_agent.cycle.decisions import CycleReport
+from wcow_agent.cycle.node_agent import NodeAgent
+from wcow_agent.cycle.rollout_gate import Pace
+from wcow_agent.cycle.rollout_verdict import Permission, decide, holds_agent_tables, is_paced
+from wcow_agent.cycle.transaction import Timeouts
+from wcow_agent.loop.agent_loop import AgentLoop
+from wcow_agent.loop.cluster_view import RunOptions
+from wcow_agent.loop.metrics import Metrics
+from wcow_agent.simulator.faults import Faults
+from wcow_agent.simulator.node import HostSettings, SimulatedNode
 from wcow_contract.wire.rollout import Halt, Rollout
 from wcow_support.health import StepHealth
 
@@ -279,7 +280,7 @@ def test_an_unreadable_rollout_keeps_a_node_with_tables_as_it_is(node: FakeNode)
 
 def test_a_refused_file_is_tried_again_only_under_a_new_grant(node: FakeNode) -> None:
     agent = applied_once(node)
-    node.refuse = lambda text: "bad VM" if text and "4096" in text else None
+    node.faults.refuse = lambda text: "bad VM" if text and "4096" in text else None
     first = Pace(permission(rollout_text(H2, NODE, granted="T1")), NODE)
 
     report = agent.reconcile(PLAN_2, pace=first)
@@ -295,7 +296,7 @@ def test_a_refused_file_is_tried_again_only_under_a_new_grant(node: FakeNode) ->
     assert (again.applied_plan_hash, again.attempted_plan_hash) == (H1, H2)
 
     # The operator resumed (dropped and granted again): one more try, which now works.
-    node.refuse = lambda text: None
+    node.faults.refuse = lambda text: None
     regrant = Pace(permission(rollout_text(H2, NODE, granted="T9")), NODE)
     retried = agent.reconcile(PLAN_2, pace=regrant)
     assert retried.result == "applied"

@@ -12,11 +12,12 @@ import pytest
 from tests.agent.conftest import DEFAULT_17, hyperv, make_plan, process
 from tests.agent.fakes import FakeCluster, FakeNode
 from tests.agent.test_pacing import NODE, permission, rollout_text
-from wcow_agent.cli import build_parser, uninstall
-from wcow_agent.gate import Pace
-from wcow_agent.images import configured_pause_image, with_pause_image
-from wcow_agent.merge import ConfigError
-from wcow_agent.state import load_state
+from wcow_agent.cli import build_parser
+from wcow_agent.commands.uninstall_command import uninstall
+from wcow_agent.config.merge_decision import ConfigError
+from wcow_agent.config.sandbox_image import configured_pause_image, with_pause_image
+from wcow_agent.config.state import load_state
+from wcow_agent.cycle.rollout_gate import Pace
 
 PAUSE_2019 = "mcr.microsoft.com/oss/kubernetes/pause:3.9-windows-ltsc2019-amd64"
 V3 = """version = 3
@@ -94,7 +95,7 @@ def test_a_pause_image_containerd_will_not_run_with_is_rolled_back(node: FakeNod
     plan = make_plan(hyperv())
     node.agent().reconcile(plan)
     before = node.config.read_text()
-    node.refuse = lambda text: "bad pause" if text and PAUSE_2019 in text else None
+    node.faults.refuse = lambda text: "bad pause" if text and PAUSE_2019 in text else None
 
     report = node.agent_with(pause_image=PAUSE_2019).reconcile(plan)
 

@@ -4,7 +4,7 @@ The DaemonSet's rolling update moves to the next node only once the new agent po
 so /readyz stays false on a node until the pause image change the agent made there is proven
 (containerd came up with it, every handler Ready before passed its canary again), and stays
 false with the reason, the change rolled back, when it failed, until the flag changes.
-These run the real agent against the simulated Windows host (``wcow_agent.simulate``).
+These run the real agent against the simulated Windows host (``wcow_agent.simulator``).
 """
 
 from __future__ import annotations
@@ -18,22 +18,17 @@ import pytest
 
 from tests.agent.conftest import hyperv, make_plan, process
 from tests.agent.fakes import FakeCluster, FakeNode
-from wcow_agent.agent import CycleReport
-from wcow_agent.attempt import Timeouts
-from wcow_agent.cycle import NodeAgent
-from wcow_agent.images import configured_pause_image
-from wcow_agent.metrics import Metrics
-from wcow_agent.pausing import readiness_hold
-from wcow_agent.runner import AgentLoop
-from wcow_agent.simulate.host import (
-    Faults,
-    HostSettings,
-    SimulatedCrash,
-    SimulatedNode,
-    parse_fault,
-)
-from wcow_agent.state import AgentState, Paths, load_state
-from wcow_agent.watch import RunOptions
+from wcow_agent.config.sandbox_image import configured_pause_image
+from wcow_agent.config.state import AgentState, Paths, load_state
+from wcow_agent.cycle.decisions import CycleReport
+from wcow_agent.cycle.node_agent import NodeAgent
+from wcow_agent.cycle.pause_change import readiness_hold
+from wcow_agent.cycle.transaction import Timeouts
+from wcow_agent.loop.agent_loop import AgentLoop
+from wcow_agent.loop.cluster_view import RunOptions
+from wcow_agent.loop.metrics import Metrics
+from wcow_agent.simulator.faults import Faults, SimulatedCrash, parse_fault
+from wcow_agent.simulator.node import HostSettings, SimulatedNode
 from wcow_contract.wire.plan import Plan
 from wcow_support.health import StepHealth
 

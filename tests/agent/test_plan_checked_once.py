@@ -8,12 +8,12 @@ import threading
 
 import pytest
 
-import wcow_agent.watch
+import wcow_agent.loop.cluster_view
 from tests.agent.conftest import forge, hyperv, make_plan
 from tests.agent.fakes import FakeCluster
-from wcow_agent.cluster import PlanObject
-from wcow_agent.metrics import Metrics
-from wcow_agent.watch import ClusterView, RunOptions
+from wcow_agent.loop.cluster import PlanObject
+from wcow_agent.loop.cluster_view import ClusterView, RunOptions
+from wcow_agent.loop.metrics import Metrics
 from wcow_contract.wire.plan import dump_plan
 
 
@@ -21,13 +21,13 @@ def test_the_same_plan_text_is_checked_once_and_any_other_text_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     checks: list[str] = []
-    load = wcow_agent.watch.load_plan
+    load = wcow_agent.loop.cluster_view.load_plan
 
     def counted(text: str, source: str = "plan") -> object:
         checks.append(text)
         return load(text, source)
 
-    monkeypatch.setattr(wcow_agent.watch, "load_plan", counted)
+    monkeypatch.setattr(wcow_agent.loop.cluster_view, "load_plan", counted)
     stop, wake = threading.Event(), threading.Event()
     view = ClusterView(FakeCluster(), RunOptions(node_name="win-1"), Metrics(), stop, wake)
     good = make_plan(hyperv())

@@ -24,7 +24,7 @@ from tests.agent.fakes import CONFIGS, FakeCluster, FakeNode
 from tests.agent.test_runner import make_loop, sample
 from tests.conftest import profile_document
 from wcow_agent.cli import main as agent_main
-from wcow_agent.plan import PlanError, load_plan
+from wcow_agent.loop.plan_loading import PlanError, load_plan
 from wcow_contract.catalog.runhcs_options import NCPROXY_PIPE_PATTERN
 from wcow_contract.errors import ProfileInvalidError, parse_profile
 from wcow_contract.v1alpha1 import IMAGE_REFERENCE_PATTERN, RUNTIME_PATH_PATTERN

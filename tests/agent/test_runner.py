@@ -18,12 +18,13 @@ import pytest
 
 from tests.agent.conftest import hyperv, make_plan, process
 from tests.agent.fakes import FakeCluster, FakeNode
-from wcow_agent.cli import build_parser, install_signal_handlers, prepare_run, serve
-from wcow_agent.cluster import ClusterError, PlanObject, WatchExpiredError
-from wcow_agent.metrics import Metrics
-from wcow_agent.runner import AgentLoop
-from wcow_agent.state import load_state
-from wcow_agent.watch import RunOptions
+from wcow_agent.cli import build_parser
+from wcow_agent.commands.run_command import install_signal_handlers, prepare_run, serve
+from wcow_agent.config.state import load_state
+from wcow_agent.loop.agent_loop import AgentLoop
+from wcow_agent.loop.cluster import ClusterError, PlanObject, WatchExpiredError
+from wcow_agent.loop.cluster_view import RunOptions
+from wcow_agent.loop.metrics import Metrics
 from wcow_support.health import StepHealth
 
 STATUS = "runtime.wcow.dev/agent-status"
@@ -115,7 +116,7 @@ def test_a_failed_handler_loses_its_label_and_says_why(
     cluster.set_plan(make_plan(hyperv()))
     loop = make_loop(node, cluster)
     loop.cycle()
-    node.refuse = lambda text: "bad options" if text and "8192" in text else None
+    node.faults.refuse = lambda text: "bad options" if text and "8192" in text else None
 
     loop.on_plan(cluster.set_plan(make_plan(hyperv(vm={"memoryMB": 8192}))))
     loop.cycle()
@@ -146,7 +147,7 @@ def test_the_handler_state_metric_tells_a_failed_handler_from_one_the_host_canno
     )
     not_eligible = {"handler": "hv2025", "state": "NotEligible", "reason": "HostBuildTooOld"}
     assert sample(loop, "wcow_agent_handler_state", **not_eligible) == 1
-    node.refuse = lambda text: "bad options" if text and "8192" in text else None
+    node.faults.refuse = lambda text: "bad options" if text and "8192" in text else None
 
     loop.on_plan(cluster.set_plan(make_plan(hyperv(vm={"memoryMB": 8192}))))
     loop.cycle()
@@ -337,7 +338,7 @@ def test_run_needs_its_node_name(capsys: pytest.CaptureFixture[str], tmp_path: P
 def test_run_refuses_to_touch_a_linux_host(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from wcow_agent.cli import real_host
+    from wcow_agent.commands.options import real_host
 
     args = build_parser().parse_args(["run", "--config", str(tmp_path / "config.toml")])
     code = prepare_run(args, {"NODE_NAME": "n"}, real_host, lambda: None, threading.Event())  # type: ignore[arg-type,return-value]

@@ -13,9 +13,11 @@ import pytest
 
 from tests.agent.conftest import hyperv, make_plan
 from wcow_agent.cli import build_parser
-from wcow_agent.cluster import ClusterError, NodeObject, PlanObject, RolloutObject
-from wcow_agent.simulate.fleet import Fleet, FleetCluster, FleetOptions, fleet_options
-from wcow_agent.simulate.host import HostSettings, parse_fault
+from wcow_agent.commands.simulate_command import fleet_options
+from wcow_agent.loop.cluster import ClusterError, NodeObject, PlanObject, RolloutObject
+from wcow_agent.simulator.faults import parse_fault
+from wcow_agent.simulator.fleet import Fleet, FleetCluster, FleetOptions
+from wcow_agent.simulator.node import HostSettings
 from wcow_contract.wire.plan import dump_plan
 
 

@@ -1,4 +1,4 @@
-"""The simulated Windows host (``wcow_agent.simulate.host``) under the real NodeAgent: it
+"""The simulated Windows host (``wcow_agent.simulator.node``) under the real NodeAgent: it
 must follow config.toml as containerd, CRI and HCS do, so that the agent's checks really
 pass or fail on it."""
 
@@ -11,20 +11,13 @@ from typing import Any
 import pytest
 
 from tests.agent.conftest import edited, hyperv, make_plan, process
-from wcow_agent.attempt import Timeouts
-from wcow_agent.cycle import NodeAgent
-from wcow_agent.simulate.host import (
-    Fault,
-    Faults,
-    HostSettings,
-    SimulatedCrash,
-    SimulatedNode,
-    effective_runtimes,
-    load_problem,
-    parse_fault,
-    vm_size,
-)
-from wcow_agent.state import Paths, load_state
+from wcow_agent.config.state import Paths, load_state
+from wcow_agent.cycle.node_agent import NodeAgent
+from wcow_agent.cycle.transaction import Timeouts
+from wcow_agent.simulator.containerd import effective_runtimes, load_problem
+from wcow_agent.simulator.faults import Fault, Faults, SimulatedCrash, parse_fault
+from wcow_agent.simulator.hcs import vm_size
+from wcow_agent.simulator.node import HostSettings, SimulatedNode
 
 
 def agent_for(node: SimulatedNode) -> NodeAgent:

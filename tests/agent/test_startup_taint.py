@@ -8,9 +8,9 @@ import threading
 from tests.agent.conftest import hyperv, make_plan, process
 from tests.agent.fakes import FakeCluster, FakeNode
 from tests.agent.test_pacing import rollout_text
-from wcow_agent.metrics import Metrics
-from wcow_agent.runner import AgentLoop
-from wcow_agent.watch import RunOptions
+from wcow_agent.loop.agent_loop import AgentLoop
+from wcow_agent.loop.cluster_view import RunOptions
+from wcow_agent.loop.metrics import Metrics
 from wcow_contract.labels import STARTUP_TAINT
 from wcow_support.health import StepHealth
 
@@ -51,7 +51,7 @@ def test_a_failed_handler_is_a_verdict_and_its_label_keeps_its_pods_away(
     node: FakeNode, cluster: FakeCluster
 ) -> None:
     cluster.node["taints"] = [dict(STARTUP)]
-    node.refuse = lambda text: "bad options" if text and "8192" in text else None
+    node.faults.refuse = lambda text: "bad options" if text and "8192" in text else None
     cluster.set_plan(make_plan(hyperv(vm={"memoryMB": 8192}), process()))
 
     make_loop(node, cluster).cycle()

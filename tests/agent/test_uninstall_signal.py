@@ -11,9 +11,9 @@ from dataclasses import replace
 from tests.agent.conftest import DEFAULT_17, hyperv, make_plan, process
 from tests.agent.fakes import FakeCluster, FakeNode
 from tests.agent.test_pause_image import PAUSE_2019
-from wcow_agent.metrics import Metrics
-from wcow_agent.runner import AgentLoop
-from wcow_agent.watch import RunOptions
+from wcow_agent.loop.agent_loop import AgentLoop
+from wcow_agent.loop.cluster_view import RunOptions
+from wcow_agent.loop.metrics import Metrics
 from wcow_contract.wire.uninstall import UNINSTALL_ERROR_ANNOTATION, leftovers
 from wcow_support.health import StepHealth
 
@@ -98,7 +98,7 @@ def test_a_node_that_cannot_uninstall_says_why_and_keeps_its_labels(
     loop = loop_with_pause_image(node, cluster)
     loop.cycle()
     merged = node.config.read_text()
-    node.refuse = lambda text: "broken" if "runtime.wcow.dev" not in text else None
+    node.faults.refuse = lambda text: "broken" if "runtime.wcow.dev" not in text else None
 
     signal(loop, cluster)
     report = loop.cycle()
@@ -113,6 +113,6 @@ def test_a_node_that_cannot_uninstall_says_why_and_keeps_its_labels(
         "runtime.wcow.dev/agent-status",
     }
 
-    node.refuse = lambda text: None  # fixed on the node: the next try cleans it
+    node.faults.refuse = lambda text: None  # fixed on the node: the next try cleans it
     loop.cycle()
     assert not leftovers(cluster.labels, cluster.node["annotations"])

@@ -6,9 +6,9 @@ from __future__ import annotations
 import threading
 
 from tests.agent.fakes import FakeCluster
-from wcow_agent.cluster import RolloutObject
-from wcow_agent.metrics import Metrics
-from wcow_agent.watch import ClusterView, RunOptions
+from wcow_agent.loop.cluster import RolloutObject
+from wcow_agent.loop.cluster_view import ClusterView, RunOptions
+from wcow_agent.loop.metrics import Metrics
 
 
 class FailingOnce(FakeCluster):

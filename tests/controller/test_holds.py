@@ -119,7 +119,7 @@ class Cluster:
         return found
 
     def agents(self) -> None:
-        """Every agent's cycle on the current plan, as the agent decides (``pacing``)."""
+        """Every agent's cycle on the current plan, as the agent decides (``rollout_verdict``)."""
         plan, rollout = self.plan, self.rollout
         wanted = {h: e["generation"] for h, e in plan["handlers"].items()}
         for node in self.nodes.values():

@@ -502,7 +502,7 @@ def test_a_pause_image_rollout_waits_on_readiness_without_restarting_the_agent()
     """A pause image change is paced by the agent's readiness (docs/agent.md, "Pacing a pause
     image change"): the rolling update must wait on /readyz, and nothing may kill the agent
     while it is held there for minutes (pull, restart, canaries) or after a failure."""
-    from wcow_agent.attempt import Timeouts
+    from wcow_agent.cycle.transaction import Timeouts
 
     daemonset, container = _agent(MATRIX["agent-tuning"])
     spec = daemonset["spec"]

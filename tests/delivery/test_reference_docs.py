@@ -6,7 +6,7 @@ from __future__ import annotations
 from tools.docs.reference import REFERENCE, metrics_page, pages
 
 from tests.conftest import ROOT
-from wcow_agent.metrics import Metrics as AgentMetrics
+from wcow_agent.loop.metrics import Metrics as AgentMetrics
 from wcow_contract.condition_table import markdown_table as conditions_table
 from wcow_contract.reference import markdown_reference
 from wcow_operator.controller.metrics import Metrics as OperatorMetrics

@@ -38,8 +38,8 @@ from tests.e2e.operator_harness import (
     running_operator,
     wait_for,
 )
-from wcow_agent.cluster import ClusterError
-from wcow_agent.k8s import KubernetesCluster
+from wcow_agent.loop.cluster import ClusterError
+from wcow_agent.loop.kubernetes_cluster import KubernetesCluster
 from wcow_contract.catalog.windows_builds import parse_windows_build
 from wcow_contract.errors import parse_profile
 from wcow_contract.labels import (

@@ -43,7 +43,7 @@ from tests.e2e.test_delivery import (
 )
 from tests.fleet.harness import View, running_fleet, running_operator
 from tests.fleet.harness import raw as read
-from wcow_agent.simulate.fleet import Fleet
+from wcow_agent.simulator.fleet import Fleet
 from wcow_contract.labels import CONTAINERD_LINE_LABEL, HYPERV_LABEL
 from wcow_contract.wire.uninstall import UNINSTALL_ANNOTATION, leftovers
 

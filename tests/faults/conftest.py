@@ -38,7 +38,7 @@ from tests.fleet.paced import (
     patch_spec,
     reached,
 )
-from wcow_agent.simulate.fleet import Fleet
+from wcow_agent.simulator.fleet import Fleet
 
 COMPACTION_INTERVAL = "10s"
 

@@ -18,7 +18,7 @@ from kubernetes import client
 from tests.control_plane import terminate
 from tests.e2e.operator_harness import free_port, operator_command
 from tests.fleet.harness import Operator
-from wcow_agent.simulate.host import JournalEntry
+from wcow_agent.simulator.node import JournalEntry
 from wcow_operator.rbac import OPERATOR_LEASE
 
 

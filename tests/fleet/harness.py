@@ -1,5 +1,5 @@
 """The whole loop on one API server: the real ``wcow-operator`` process, and simulated Windows
-nodes running the real agent loop (``wcow_agent.simulate.fleet.Fleet``) in this process.
+nodes running the real agent loop (``wcow_agent.simulator.fleet.Fleet``) in this process.
 
 Everything is judged from outside, as a user would: profiles' status, Node labels and
 agent-status annotations, RuntimeClasses, and each simulated node's config.toml on its disk.
@@ -32,9 +32,11 @@ from tests.e2e.operator_harness import (
     read_plan,
     wait_for,
 )
-from wcow_agent.k8s import KubernetesCluster
-from wcow_agent.simulate.fleet import Fleet, FleetCluster, FleetOptions
-from wcow_agent.simulate.host import HostSettings, effective_runtimes, parse_fault
+from wcow_agent.loop.kubernetes_cluster import KubernetesCluster
+from wcow_agent.simulator.containerd import effective_runtimes
+from wcow_agent.simulator.faults import parse_fault
+from wcow_agent.simulator.fleet import Fleet, FleetCluster, FleetOptions
+from wcow_agent.simulator.node import HostSettings
 from wcow_contract.labels import READY_VALUE, ready_label
 from wcow_contract.wire.agent_status import AGENT_STATUS_ANNOTATION
 

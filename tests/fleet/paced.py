@@ -27,7 +27,7 @@ from tests.e2e.operator_harness import (
     read_plan,
 )
 from tests.fleet.harness import Operator, View, raw, running_fleet, running_operator
-from wcow_agent.simulate.host import JournalEntry, SimulatedNode
+from wcow_agent.simulator.node import JournalEntry, SimulatedNode
 from wcow_contract.labels import READY_VALUE, ready_label
 from wcow_contract.wire.rollout import (
     RESUME_ANNOTATION,

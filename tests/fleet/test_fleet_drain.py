@@ -51,7 +51,7 @@ from tests.fleet.paced import (
     reached,
     read_rollout,
 )
-from wcow_agent.simulate.fleet import Fleet
+from wcow_agent.simulator.fleet import Fleet
 from wcow_operator.reconcile.drain import CORDONED_BY
 
 pytestmark = pytest.mark.e2e

@@ -64,7 +64,7 @@ from tests.fleet.paced import (
     until,
 )
 from tests.kstatus import compute
-from wcow_agent.simulate.fleet import Fleet
+from wcow_agent.simulator.fleet import Fleet
 from wcow_contract.labels import READY_VALUE, ready_label
 from wcow_contract.wire.rollout import RESUME_ANNOTATION
 

@@ -24,9 +24,9 @@ import tomli_w
 
 from tests.conftest import ROOT, SAMPLES
 from wcow_agent.cli import main as agent_main
-from wcow_agent.eligibility import Host, classify_handlers
-from wcow_agent.images import SANDBOX_IMAGE_KEYS, with_pause_image
-from wcow_agent.plan import load_plan
+from wcow_agent.config.sandbox_image import SANDBOX_IMAGE_KEYS, with_pause_image
+from wcow_agent.cycle.eligibility import Host, classify_handlers
+from wcow_agent.loop.plan_loading import load_plan
 from wcow_contract.catalog.runhcs_options import RUNHCS_OPTIONS
 from wcow_contract.catalog.windows_builds import parse_windows_build
 from wcow_contract.wire.runtime_table import RUNTIMES_PATH

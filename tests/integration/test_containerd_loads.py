@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tests.conftest import SAMPLES
 from tests.containerd import CONTAINERD, config_dump, needs_containerd
-from wcow_agent.containerd_lines import line_for, unsupported
+from wcow_agent.config.containerd_lines import line_for, unsupported
 from wcow_agent.host.containerd import ContainerdCli
 from wcow_agent.host.process import SubprocessRunner
 from wcow_operator.cli import load_profiles

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry
 
-from wcow_agent.metrics import Metrics as AgentMetrics
+from wcow_agent.loop.metrics import Metrics as AgentMetrics
 from wcow_operator.controller.metrics import Metrics as OperatorMetrics
 from wcow_operator.webhook.metrics import AdmissionMetrics
 

@@ -11,7 +11,7 @@ import pytest
 from tests.agent.conftest import hyperv, make_plan, process
 from tests.conftest import SAMPLES
 from wcow_agent.cli import main as agent_main
-from wcow_agent.eligibility import Host, classify_handlers
+from wcow_agent.cycle.eligibility import Host, classify_handlers
 from wcow_contract.catalog.windows_builds import WindowsBuild
 from wcow_operator.cli import main as wcow_main
 

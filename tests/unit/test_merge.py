@@ -11,12 +11,8 @@ import pytest
 
 from tests.conftest import MakeProfile
 from tests.containerd import config_dump, needs_containerd
-from wcow_agent.merge import (
-    BUILTIN_RUNTIMES_1_6,
-    MARKER,
-    ConfigError,
-    merge_config,
-)
+from wcow_agent.config.merge import merge_config
+from wcow_agent.config.merge_decision import BUILTIN_RUNTIMES_1_6, MARKER, ConfigError
 from wcow_contract.wire.runtime_table import RUNTIMES_PATH, runtime_table
 
 CONFIGS = Path(__file__).resolve().parent.parent / "fixtures" / "configs"

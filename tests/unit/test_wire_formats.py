@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT, SAMPLES, MakeProfile
-from wcow_agent.pacing import Permission
-from wcow_agent.plan import PlanError, load_plan
+from wcow_agent.cycle.rollout_verdict import Permission
+from wcow_agent.loop.plan_loading import PlanError, load_plan
 from wcow_contract.labels import READY_VALUE, ready_label
 from wcow_contract.wire.agent_status import (
     AGENT_STATUS_ANNOTATION,

@@ -28,7 +28,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
-from wcow_agent.metrics import Metrics as AgentMetrics
+from wcow_agent.loop.metrics import Metrics as AgentMetrics
 from wcow_contract.condition_table import markdown_table as conditions_table
 from wcow_contract.reference import markdown_reference
 from wcow_operator.controller.metrics import Metrics as OperatorMetrics

@@ -1,8 +1,8 @@
 """The Host Compute Service through computecore.dll, with ctypes.
 
-Signatures follow Microsoft's HCS reference (``virtualization/api/hcs/Reference``; summary
-in ``shared/reference/windows-runtime-facts.md`` section 3); a unit test checks every
-``argtypes``/``restype`` against it. Rules kept here:
+Signatures follow Microsoft's HCS reference (MicrosoftDocs/Virtualization-Documentation
+``virtualization/api/hcs/Reference/*.md`` at 77e0742a; hcsshim ``internal/computecore``); a
+unit test checks every ``argtypes``/``restype`` against it. Rules kept here:
 
 - one operation per call, always closed; on ``HCS_E_OPERATION_TIMEOUT`` the operation is
   cancelled first (hcsshim ``internal/hcs/v2/operation.go``);

@@ -28,19 +28,6 @@ def parse_containerd_version(output: str) -> str:
     raise ContainerdError(f"cannot read a version from `containerd --version`: {output.strip()!r}")
 
 
-def version_tuple(version: str) -> tuple[int, int]:
-    major, minor, *_ = (int(part) for part in version.split("."))
-    return major, minor
-
-
-def config_version_for(containerd_version: str) -> int:
-    """The config.toml schema a containerd writes by default: 1.x -> 2, 2.0-2.2 -> 3, 2.3+ -> 4."""
-    major, minor = version_tuple(containerd_version)
-    if major < 2:
-        return 2
-    return 3 if (major, minor) < (2, 3) else 4
-
-
 class ServiceControl(Protocol):
     def restart(self, timeout: float) -> None: ...
 

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from wcow_agent.files import write_atomically
+from wcow_agent.config.files import write_atomically
 from wcow_agent.host.computecore import load_computecore
 from wcow_agent.host.process import SubprocessRunner
 from wcow_agent.host.windows import WindowsRegistryInfo

@@ -1,0 +1,248 @@
+"""containerd on a simulated node: its view of config.toml (the runtimes and pause image it
+would run with, why it would not start, what ``config default`` prints) and the service
+(version, ``config dump``, restart)."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import time
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import tomli_w
+
+from wcow_agent.config.containerd_lines import config_version_for, version_tuple
+from wcow_agent.config.merge_decision import BUILTIN_RUNTIMES_1_6, BUILTIN_RUNTIMES_1_7
+from wcow_agent.config.sandbox_image import configured_pause_image
+from wcow_agent.host.interfaces import ContainerdError
+from wcow_agent.simulator.faults import SimulatedCrash
+from wcow_contract.wire.runtime_table import RUNTIMES_PATH
+
+if TYPE_CHECKING:
+    from wcow_agent.simulator.node import SimulatedNode
+
+
+def builtin_runtimes(containerd_version: str) -> Mapping[str, Mapping[str, Any]]:
+    return (
+        BUILTIN_RUNTIMES_1_6 if version_tuple(containerd_version) < (1, 7) else BUILTIN_RUNTIMES_1_7
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _document(text: str) -> Mapping[str, Any]:
+    """config.toml parsed, once per text for every simulated node of the process: the
+    simulated containerd reads each file several times (load, dump, restart, sandboxes), and
+    a fleet of nodes in one process holds the same few texts. Shared: read it, never change
+    it (what leaves this module is copied)."""
+    return tomllib.loads(text)
+
+
+def effective_runtimes(text: str | None, containerd_version: str) -> tuple[dict[str, Any], str]:
+    """(runtimes, default runtime name) containerd would run with this config.toml."""
+    major = version_tuple(containerd_version)[0]
+    builtins = builtin_runtimes(containerd_version)
+    document = _document(text) if text else {}
+    version = document.get("version", 1)
+    node: Any = document
+    for name in RUNTIMES_PATH.get(version, ("-",))[:-1]:
+        node = node.get(name, {}) if isinstance(node, dict) else {}
+    declared = copy.deepcopy(node.get("runtimes", {})) if isinstance(node, dict) else {}
+    default = node.get("default_runtime_name", "runhcs-wcow-process")
+    if major < 2:
+        # go-toml v1 rebuilds the map: a runtimes table replaces the built-in handlers.
+        runtimes = dict(declared) if declared else {k: dict(v) for k, v in builtins.items()}
+    else:
+        runtimes = {**{k: dict(v) for k, v in builtins.items()}, **declared}
+    return runtimes, default
+
+
+def effective_pause_image(text: str | None, containerd_version: str) -> str:
+    """The pause image containerd runs with this file: the file's key, else the line's
+    default (1.7 ``pkg/cri/config/config_windows.go``; 2.0 ``internal/cri/config``
+    ``DefaultSandboxImage``)."""
+    named = configured_pause_image(_document(text)) if text else None
+    if named:
+        return named
+    if version_tuple(containerd_version)[0] < 2:
+        return "registry.k8s.io/pause:3.8"
+    return "registry.k8s.io/pause:3.10"
+
+
+def load_problem(text: str | None, containerd_version: str) -> str | None:
+    """Why containerd would not start with this file (None: it would)."""
+    if text is None:
+        return None
+    try:
+        document = _document(text)
+    except tomllib.TOMLDecodeError as error:
+        return f"failed to load TOML: {error}"
+    version = document.get("version", 1)
+    if not isinstance(version, int) or version not in (1, *RUNTIMES_PATH):
+        return f"unsupported config version {version!r}"
+    if version > config_version_for(containerd_version):
+        return f"config version {version} is newer than containerd {containerd_version} reads"
+    runtimes, default = effective_runtimes(text, containerd_version)
+    problems = (runtime_problem(name, table) for name, table in runtimes.items())
+    problem = next((p for p in problems if p), None)
+    if problem is None and version_tuple(containerd_version)[0] < 2 and default not in runtimes:
+        problem = f'default runtime "{default}" is not configured'
+    return problem
+
+
+def runtime_problem(name: str, table: Any) -> str | None:
+    """Why containerd cannot decode one runtime table (its CRI plugin would not load)."""
+    where = f"runtime {name!r}"
+    if not isinstance(table, dict):
+        return f"{where}: not a table"
+    runtime_type = table.get("runtime_type")
+    if not isinstance(runtime_type, str) or not runtime_type:
+        return f"{where}: runtime_type must be a non-empty string"
+    if not isinstance(table.get("options", {}), dict):
+        return f"{where}: options must be a table"
+    for key in ("pod_annotations", "container_annotations"):
+        value = table.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return f"{where}: {key} must be a list of strings"
+    return None
+
+
+def default_config(containerd_version: str) -> str:
+    """What ``containerd config default`` prints on Windows (the parts the agent reads)."""
+    version = config_version_for(containerd_version)
+    runtimes = {k: dict(v) for k, v in builtin_runtimes(containerd_version).items()}
+    if version == 2:
+        cri: dict[str, Any] = {
+            "sandbox_image": "mcr.microsoft.com/oss/kubernetes/pause:3.9",
+            "containerd": {
+                "snapshotter": "windows",
+                "default_runtime_name": "runhcs-wcow-process",
+                "runtimes": runtimes,
+            },
+            "cni": {
+                "bin_dir": r"C:\Program Files\containerd\cni\bin",
+                "conf_dir": r"C:\Program Files\containerd\cni\conf",
+            },
+        }
+        plugins: dict[str, Any] = {"io.containerd.grpc.v1.cri": cri}
+    else:
+        plugins = {
+            "io.containerd.cri.v1.images": {
+                "snapshotter": "windows",
+                "pinned_images": {"sandbox": "registry.k8s.io/pause:3.10"},
+            },
+            "io.containerd.cri.v1.runtime": {
+                "containerd": {"default_runtime_name": "runhcs-wcow-process", "runtimes": runtimes},
+                "cni": {
+                    "bin_dirs": [r"C:\Program Files\containerd\cni\bin"],
+                    "conf_dir": r"C:\Program Files\containerd\cni\conf",
+                },
+            },
+        }
+    return tomli_w.dumps(
+        {
+            "version": version,
+            "root": r"C:\ProgramData\containerd\root",
+            "state": r"C:\ProgramData\containerd\state",
+            "plugins": plugins,
+        }
+    )
+
+
+class SimulatedContainerd:
+    """The containerd service: every call is one of the node's host calls (``node.call``)."""
+
+    def __init__(self, node: SimulatedNode) -> None:
+        self.node = node
+
+    def version(self) -> str:
+        self.node.call("containerd --version")
+        return self.node.settings.containerd_version
+
+    def config_default(self) -> str:
+        self.node.call("containerd config default")
+        return self.node.default_config_text()
+
+    def config_dump(self, config: Path) -> str:
+        node = self.node
+        node.call("containerd config dump")
+        node.record("preflight")
+        text = config.read_text(encoding="utf-8")
+        version = node.settings.containerd_version
+        problem = load_problem(text, version)
+        if problem:
+            raise ContainerdError(f"`containerd --config {config} config dump` failed: {problem}")
+        runtimes, default = effective_runtimes(text, version)
+        parsed = _document(text)
+        dump: dict[str, Any] = {k: copy.deepcopy(v) for k, v in parsed.items() if k != "plugins"}
+        schema = config_version_for(version)
+        dump["version"] = schema
+        here = dump
+        for name in RUNTIMES_PATH[schema][:-1]:
+            here = here.setdefault(name, {})
+        here["default_runtime_name"] = default
+        here["runtimes"] = runtimes
+        pause = effective_pause_image(text, version)
+        if schema == 2:
+            dump["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"] = pause
+        else:
+            images = dump["plugins"].setdefault("io.containerd.cri.v1.images", {})
+            images["pinned_images"] = {"sandbox": pause}
+        return tomli_w.dumps(dump)
+
+    def restart(self, timeout: float) -> None:
+        node = self.node
+        node.call("containerd restart")
+        with node.lock:
+            if node.faults.kills_left > 0 and node.disk_text() != node.running_text:
+                node.faults.kills_left -= 1
+                node.record("killed", "the agent died before restarting containerd")
+                raise SimulatedCrash(f"{node.name}: agent killed mid-apply")
+            node.record("restart")
+            node.restarted_with.append(node.disk_text())
+            node.running = False
+            node.running_text = None
+            for sandbox in list(node.sandboxes.values()):
+                # A restart keeps running sandboxes in HCS; canaries are removed anyway.
+                sandbox.state = "SANDBOX_NOTREADY"
+        time.sleep(min(node.settings.restart_seconds, timeout))
+        text = node.disk_text()
+        why = self._refusal(text)
+        with node.lock:
+            if why:
+                node.record("restart-failed", why)
+                if node.faults.refuse_mode == "cri":
+                    return  # the service runs; CRI never answers
+                raise ContainerdError(
+                    "Restart-Service containerd failed: Failed to start service "
+                    f"'containerd (containerd)'. {why}"
+                )
+            node.running_text = text
+            node.running = True
+            node.record("restarted")
+
+    def _refusal(self, text: str | None) -> str | None:
+        """Why containerd does not come up with this file: it does not load, or a fault."""
+        problem = load_problem(text, self.node.settings.containerd_version)
+        if problem:
+            return problem
+        refuse = self.node.faults.refuse
+        return self._refused(text) or (refuse(text) if refuse is not None else None)
+
+    def _refused(self, text: str | None) -> str | None:
+        """The restart-fail fault: containerd will not start with these handlers, or with
+        this pause image."""
+        wanted = self.node.faults.restart_fail
+        if not wanted or text == self.node.seeded_text:
+            return None
+        version = self.node.settings.containerd_version
+        runtimes = effective_runtimes(text, version)[0]
+        pause = effective_pause_image(text, version)
+        hit = sorted(h for h in [*runtimes, pause] if h in wanted) or (
+            ["*"] if "*" in wanted else []
+        )
+        if hit:
+            return f"simulated fault: containerd does not start with {', '.join(hit)}"
+        return None
