@@ -53,6 +53,7 @@ class OperatorSettings:
     max_unavailable: int | str = "10%"
     rollout_timeout_seconds: float = 900.0
     drain: Drain = "None"
+    allow_evict: bool = False
     webhook_port: int = 0  # 0: no admission webhook
     webhook_service: str = ""
     webhook_url: str = ""
@@ -129,7 +130,16 @@ def _parser() -> argparse.ArgumentParser:
         choices=DRAINS,
         help="what happens to a node's pods before its containerd restarts for a change, for "
         "profiles whose spec.rollout.drain says nothing: None, Cordon or Evict "
-        "(env WCOW_DRAIN, default None; README 'Drain before a restart')",
+        "(env WCOW_DRAIN, default None; docs/rollout.md 'Drain before a restart')",
+    )
+    parser.add_argument(
+        "--allow-evict",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="drain Evict may be used: the operator lists the pods on a draining node and "
+        "evicts them (its ClusterRole then reads every pod); without it a profile with "
+        "spec.rollout.drain Evict is not valid (env WCOW_ALLOW_EVICT, default off; on with "
+        "--drain Evict)",
     )
     parser.add_argument(
         "--webhook-port",
@@ -243,8 +253,18 @@ def parse_settings(
         max_unavailable=max_unavailable,
         rollout_timeout_seconds=rollout_timeout,
         drain=drain,
+        allow_evict=_allow_evict(args, env, drain),
         images=image_settings(args, env),
     )
+
+
+def _allow_evict(args: argparse.Namespace, env: Mapping[str, str], drain: Drain) -> bool:
+    evict = args.allow_evict
+    if evict is None:
+        evict = _flag(env, "WCOW_ALLOW_EVICT")
+    if evict is False and drain == "Evict":
+        raise SettingsError("--drain Evict needs eviction allowed: drop --no-allow-evict")
+    return bool(evict) or drain == "Evict"
 
 
 def _namespace(args: argparse.Namespace, env: Mapping[str, str]) -> str:

@@ -853,3 +853,29 @@ def test_a_private_registry_ca_and_an_allow_list_reach_the_operator() -> None:
     # Without a bundle: neither the ConfigMap nor the flag.
     plain = render({"webhook": {"enabled": True, "images": {"enabled": True}}})
     assert not [o for o in plain if o["metadata"]["name"].endswith("-registry-ca")]
+
+
+@pytest.mark.parametrize(
+    ("operator", "evicts"),
+    [({}, False), ({"allowEvict": True}, True), ({"drain": "Evict"}, True),
+     ({"drain": "Cordon"}, False)],
+)  # fmt: skip
+def test_the_operator_reads_pods_only_where_eviction_is_allowed(
+    operator: dict[str, object], evicts: bool
+) -> None:
+    objects = render({"operator": operator})
+    roles = [o for o in objects if o["kind"] in ("ClusterRole", "Role")]
+    operator_sa = [
+        o for o in objects if o["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        and any(s["name"].endswith("-operator") for s in o["subjects"])
+    ]  # fmt: skip
+    bound = {b["roleRef"]["name"] for b in operator_sa}
+    pod_rules = [
+        r for role in roles if role["metadata"]["name"] in bound
+        for r in role.get("rules") or [] if "pods" in r["resources"]
+    ]  # fmt: skip
+    assert bool(pod_rules) is evicts, pod_rules
+    args = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
+    assert ("--allow-evict" in args) is evicts

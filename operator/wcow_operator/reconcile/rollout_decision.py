@@ -248,10 +248,8 @@ def decide(
         draining=dict(sorted(draining.items())) if halted is None else {},  # halted: let go
         held=dict(sorted(held.items())),
     )
-    progress = _progress(
-        rollout, states, failures, reports, plan, halted_now=halted_now, drain_blame=turn.blamed
-    )
-    return rollout, progress
+    halt = (halted_now, turn.blamed)
+    return rollout, _progress(rollout, states, failures, reports, plan, halt=halt)
 
 
 def _progress(
@@ -261,9 +259,11 @@ def _progress(
     reports: Mapping[str, NodeReport],
     plan: Mapping[str, Any],
     *,
-    halted_now: bool,
-    drain_blame: Callable[[str], frozenset[str]],
+    halt: tuple[bool, Callable[[str], frozenset[str]]],
 ) -> Progress:
+    """Where the rollout stands; ``halt``: (halted by this pass's failures, the handlers
+    whose pods held up each node's drain)."""
+    halted_now, drain_blame = halt
     changed = frozenset(rollout.changed_handlers)
     culprits, unattributed = (
         _culprits(reports, plan, changed, failures, drain_blame) if halted_now else ({}, ())
