@@ -205,3 +205,18 @@ def test_the_validating_handler_is_called_for_ephemeral_containers_too() -> None
     register(registry, lambda: SIZED, AdmissionMetrics(CollectorRegistry()), decider=Decider())
     found = {h.id: h.subresource for h in registry._webhooks.get_all_handlers()}
     assert found == {"mutate-pods": None, "validate-pods": "*"}
+
+
+def test_a_decision_that_raises_is_a_refusal_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*_: Any) -> Decision:
+        raise RecursionError("a bug met a hostile pod")
+
+    monkeypatch.setattr("wcow_operator.webhook.server.admit", broken)
+    metrics, handlers = _handlers(Decider())
+    with pytest.raises(kopf.AdmissionError, match="InternalError") as caught:
+        asyncio.run(handlers["mutate-pods"](body=pod(), patch=kopf.Patch()))
+    assert "a bug met" not in str(caught.value)  # the detail is the operator's log's
+    assert "a bug met a hostile pod" in caplog.text
+    assert metrics.refused.labels(reason="InternalError")._value.get() == 1

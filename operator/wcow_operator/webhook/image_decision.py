@@ -222,7 +222,7 @@ def _pin(pod: dict[str, Any], pins: Mapping[str, str]) -> list[str]:
         annotations = metadata["annotations"] = {}
     try:
         kept = json.loads(annotations.get(ORIGINAL_IMAGES, "{}"))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # a tenant's annotation: any shape
         kept = {}
     if not isinstance(kept, dict):
         kept = {}

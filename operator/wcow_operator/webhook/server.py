@@ -41,6 +41,8 @@ from wcow_operator.webhook.image_decision import IMAGE_UNCHECKED
 from wcow_operator.webhook.metrics import AdmissionMetrics
 from wcow_operator.webhook.serving import WebhookSettings
 
+log = logging.getLogger(__name__)
+INTERNAL_ERROR = "InternalError"
 STOP_SECONDS = 30.0  # kopf's own shutdown: finish the admissions in flight, close the server
 
 
@@ -216,7 +218,16 @@ class _Judge:
         return self.profiles()
 
     async def decided(self, fn: Callable[..., Decision], *args: Any) -> Admitted:
-        decision = await self.decisions.decide(fn, *args)
+        try:
+            decision = await self.decisions.decide(fn, *args)
+        except Exception:  # a bug must not answer with a traceback, nor admit unchecked
+            log.exception("the admission decision failed unexpectedly")
+            self.metrics.refused.labels(reason=INTERNAL_ERROR).inc()
+            raise kopf.AdmissionError(
+                f"{INTERNAL_ERROR}: the webhook could not decide on this pod; it is refused "
+                "rather than admitted unchecked (the operator's log says why)",
+                code=500,
+            ) from None
         if decision is None:
             self.metrics.refused.labels(reason=TIMED_OUT).inc()
             raise kopf.AdmissionError(
