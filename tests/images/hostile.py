@@ -8,6 +8,7 @@ import contextlib
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,3 +93,12 @@ def answer(sock: socket.socket, status: str, headers: dict[str, str], body: byte
     read_head(sock)
     head = f"HTTP/1.1 {status}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     sock.sendall(head.encode("latin-1") + b"\r\n" + body)
+
+
+def dribble(sock: socket.socket) -> None:
+    """A response head one byte every 0.3 s, for up to 12 s: each read within any per-read
+    timeout, the whole never."""
+    read_head(sock)
+    for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" * 3:
+        sock.sendall(bytes([byte]))
+        time.sleep(0.3)

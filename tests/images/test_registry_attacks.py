@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import pytest
 
-from tests.images.hostile import answer, read_head, serving
+from tests.images.hostile import answer, dribble, read_head, serving
 from tests.registry import Registry, require_registry, running
 from wcow_operator.registry.client import RegistryClient
 from wcow_operator.registry.credentials import Credential, scoped_credentials
@@ -22,15 +22,6 @@ from wcow_operator.registry.facts import ImageFacts, LookupFailure
 from wcow_operator.registry.resolver import Resolver
 
 WS2022 = "10.0.20348.2655"
-
-
-def dribble(sock: socket.socket) -> None:
-    """A response head one byte every 0.3 s, for up to 12 s: each read within any per-read
-    timeout, the whole never."""
-    read_head(sock)
-    for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" * 3:
-        sock.sendall(bytes([byte]))
-        time.sleep(0.3)
 
 
 @pytest.fixture
