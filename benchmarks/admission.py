@@ -290,7 +290,18 @@ if __name__ == "__main__":
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--decisions-only", action="store_true")
+    parser.add_argument(
+        "--tenants",
+        action="store_true",
+        help="on the real API server: one tenant's flood of dry runs and slow registries "
+        "against another tenant's admissions (benchmarks/admission_tenants.py)",
+    )
     args = parser.parse_args()
+    if args.tenants:
+        from benchmarks.admission_tenants import run as tenants
+
+        tenants()
+        sys.exit(0)
     decisions()
     if not args.decisions_only:
         with TemporaryDirectory() as folder:

@@ -45,6 +45,7 @@ NAMESPACE = "wcow-system"
 
 RULE_SETS = {
     "operatorCluster": rbac.OPERATOR_CLUSTER_RULES,
+    "operatorEvict": rbac.OPERATOR_EVICT_RULES,
     "operatorWebhook": rbac.OPERATOR_WEBHOOK_RULES,
     "operatorNamespace": rbac.OPERATOR_NAMESPACE_RULES,
     "uninstallCluster": rbac.UNINSTALL_CLUSTER_RULES,

@@ -27,6 +27,7 @@ from wcow_contract.reference import markdown_reference
 from wcow_contract.v1alpha1 import API_VERSION, KIND, WindowsRuntimeProfile
 from wcow_contract.wire.plan import dump_plan
 from wcow_operator.registry.client import RegistryClient
+from wcow_operator.registry.policy import check_pattern
 from wcow_operator.registry.resolver import Resolver
 from wcow_operator.render.configmaps import plan_config_map
 from wcow_operator.render.node_template import as_document, as_text, node_template
@@ -337,12 +338,30 @@ def _image_arguments(parser: argparse.ArgumentParser) -> None:
         "--insecure-registry", action="append", default=[], metavar="HOST:PORT",
         help="read this registry over plain HTTP (repeatable); all others over HTTPS",
     )  # fmt: skip
+    parser.add_argument(
+        "--allowed-registries", action="append", default=[], metavar="PATTERN",
+        help="a registry that may be read, as a host[:port] glob (repeatable; none: any at a "
+        "public address; private addresses only when listed here or as insecure)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--registry-ca-file", metavar="FILE",
+        help="PEM bundle of the CAs that sign registries' certificates (default: the system's)",
+    )  # fmt: skip
 
 
 def _image_admission(args: argparse.Namespace) -> ImageAdmission:
-    """Anonymous lookups with the webhook's bounds; a registry that cannot be read gives a
-    warning (exit 0) unless a profile says spec.images.unreachableRegistry: Refuse."""
-    client = RegistryClient(insecure=frozenset(args.insecure_registry))
+    """Anonymous lookups with the webhook's bounds and policy; a registry that cannot be
+    read gives a warning (exit 0) unless a profile says spec.images.unreachableRegistry:
+    Refuse."""
+    try:
+        allowed = tuple(check_pattern(p) for p in args.allowed_registries)
+    except ValueError as error:
+        _fail([f"error: --allowed-registries: {error}"])
+    client = RegistryClient(
+        insecure=frozenset(args.insecure_registry),
+        allowed=allowed,
+        ca_file=args.registry_ca_file,
+    )
     return ImageAdmission(Resolver(client))
 
 

@@ -203,6 +203,7 @@ def reconcile_settings(settings: OperatorSettings) -> ReconcileSettings:
         max_unavailable=settings.max_unavailable,
         rollout_timeout=timedelta(seconds=settings.rollout_timeout_seconds),
         drain=settings.drain,
+        allow_evict=settings.allow_evict,
     )
 
 

@@ -35,10 +35,6 @@ OPERATOR_CLUSTER_RULES: Final[list[Rule]] = [
     # (spec.rollout.drain; a ValidatingAdmissionPolicy holds the patch to spec.unschedulable
     # and the operator's own runtime.wcow.dev/cordoned-by annotation).
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch", "get", "patch"]},
-    # With drain Evict: the pods bound to a draining node (a field-selected list) and their
-    # eviction (policy/v1, so PodDisruptionBudgets are honoured; never a delete).
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
-    {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
     # Events about cluster-scoped objects must be in "default"; create only.
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     {
@@ -46,6 +42,16 @@ OPERATOR_CLUSTER_RULES: Final[list[Rule]] = [
         "resources": ["customresourcedefinitions"],
         "verbs": ["list", "watch"],
     },
+]
+
+# Cluster-wide, only where drain Evict is allowed (`--allow-evict`; the chart's
+# operator.allowEvict, or operator.drain Evict), in a ClusterRole of its own: the pods bound
+# to a draining node (a field-selected list: RBAC cannot narrow list to a node, so this reads
+# every pod, their inline env values included) and their eviction (policy/v1, so
+# PodDisruptionBudgets are honoured; never a delete). Without it the token reads no pod.
+OPERATOR_EVICT_RULES: Final[list[Rule]] = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
 ]
 
 # Cluster-wide, for `wcow-operator uninstall` (the chart's pre-delete hook), bound to the

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from wcow_contract.v1alpha1 import Drain
+from wcow_operator.registry.policy import check_pattern
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(
@@ -33,6 +34,8 @@ class ImageSettings:
     registry_secret: str = ""  # a kubernetes.io/dockerconfigjson Secret in the namespace
     unreachable_registry: str = "Admit"
     lookup_timeout_seconds: float = 1.0
+    allowed_registries: tuple[str, ...] = ()  # host[:port] globs (empty: public addresses)
+    registry_ca_file: str = ""  # CA bundle for registries (empty: the system's)
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class OperatorSettings:
     max_unavailable: int | str = "10%"
     rollout_timeout_seconds: float = 900.0
     drain: Drain = "None"
+    allow_evict: bool = False
     webhook_port: int = 0  # 0: no admission webhook
     webhook_service: str = ""
     webhook_url: str = ""
@@ -126,7 +130,16 @@ def _parser() -> argparse.ArgumentParser:
         choices=DRAINS,
         help="what happens to a node's pods before its containerd restarts for a change, for "
         "profiles whose spec.rollout.drain says nothing: None, Cordon or Evict "
-        "(env WCOW_DRAIN, default None; README 'Drain before a restart')",
+        "(env WCOW_DRAIN, default None; docs/rollout.md 'Drain before a restart')",
+    )
+    parser.add_argument(
+        "--allow-evict",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="drain Evict may be used: the operator lists the pods on a draining node and "
+        "evicts them (its ClusterRole then reads every pod); without it a profile with "
+        "spec.rollout.drain Evict is not valid (env WCOW_ALLOW_EVICT, default off; on with "
+        "--drain Evict)",
     )
     parser.add_argument(
         "--webhook-port",
@@ -240,8 +253,18 @@ def parse_settings(
         max_unavailable=max_unavailable,
         rollout_timeout_seconds=rollout_timeout,
         drain=drain,
+        allow_evict=_allow_evict(args, env, drain),
         images=image_settings(args, env),
     )
+
+
+def _allow_evict(args: argparse.Namespace, env: Mapping[str, str], drain: Drain) -> bool:
+    evict = args.allow_evict
+    if evict is None:
+        evict = _flag(env, "WCOW_ALLOW_EVICT")
+    if evict is False and drain == "Evict":
+        raise SettingsError("--drain Evict needs eviction allowed: drop --no-allow-evict")
+    return bool(evict) or drain == "Evict"
 
 
 def _namespace(args: argparse.Namespace, env: Mapping[str, str]) -> str:
@@ -354,6 +377,22 @@ def _image_flags(parser: argparse.ArgumentParser) -> None:
         "(env WCOW_UNREACHABLE_REGISTRY, default Admit)",
     )
     parser.add_argument(
+        "--allowed-registries",
+        action="append",
+        metavar="PATTERN",
+        help="a registry the image checks may read, as a host[:port] glob (*.example.com, "
+        "registry.corp:5000, registry.corp:*); repeatable; with none given, any registry at a "
+        "public address; a registry at a private, loopback or link-local address only when "
+        "listed here or as insecure (env WCOW_ALLOWED_REGISTRIES, comma-separated)",
+    )
+    parser.add_argument(
+        "--registry-ca-file",
+        metavar="FILE",
+        help="PEM bundle of the certificate authorities that sign registries' certificates "
+        "(a private CA, e.g. an on-premises Harbor), instead of the system's (env "
+        "WCOW_REGISTRY_CA_FILE)",
+    )
+    parser.add_argument(
         "--image-lookup-timeout-seconds",
         type=float,
         help="all of one pod's image lookups together, 0.1 to 1.5 (inside the webhook's 2 s "
@@ -388,7 +427,17 @@ def image_settings(args: argparse.Namespace, env: Mapping[str, str]) -> ImageSet
             f"--image-lookup-timeout-seconds must be 0.1 to 1.5 (the webhook decides each pod "
             f"within 2 s), not {timeout}"
         )
-    return ImageSettings(resolve, tuple(insecure), secret, unreachable, timeout)
+    allowed = args.allowed_registries or [
+        h.strip() for h in env.get("WCOW_ALLOWED_REGISTRIES", "").split(",") if h.strip()
+    ]
+    try:
+        patterns = tuple(check_pattern(pattern) for pattern in allowed)
+    except ValueError as error:
+        raise SettingsError(f"--allowed-registries: {error}") from None
+    ca_file = args.registry_ca_file or env.get("WCOW_REGISTRY_CA_FILE") or ""
+    if ca_file and not Path(ca_file).is_file():
+        raise SettingsError(f"--registry-ca-file {ca_file!r} is not a readable file")
+    return ImageSettings(resolve, tuple(insecure), secret, unreachable, timeout, patterns, ca_file)
 
 
 PIPE = "\\|"  # a | inside a Markdown table cell

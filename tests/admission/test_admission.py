@@ -112,15 +112,28 @@ def test_init_containers_count_as_kubernetes_counts_them() -> None:
     )
 
 
-def test_pod_level_resources_replace_the_sum() -> None:
-    decision = admit(
-        pod(
-            containers=[container(limits={"cpu": "6", "memory": "6Gi"})],
-            resources={"limits": {"cpu": "3", "memory": "2Gi"}},
-        ),
-        SIZED,
+@pytest.mark.parametrize("isolation", ["HyperV", "Process"])
+@pytest.mark.parametrize("kind", ["limits", "requests"])
+def test_pod_level_resources_are_refused_a_windows_pod_never_runs_with_them(
+    isolation: str, kind: str
+) -> None:
+    """The API server forbids spec.resources for a pod with spec.os.name windows and the
+    Windows kubelet rejects a pod that sets them (k8s.io/kubernetes v1.35.4
+    pkg/apis/core/validation/validation.go, pkg/kubelet/lifecycle/features_windows.go):
+    such a pod of a wcow class is refused with the kubelet's own reason."""
+    classes = SIZED if isolation == "HyperV" else profiles(profile("hv", isolation="Process"))
+    decision = refused(
+        admit(
+            pod(
+                containers=[container(limits={"cpu": "6", "memory": "6Gi"})],
+                resources={kind: {"cpu": "3", "memory": "2Gi"}},
+            ),
+            classes,
+        )
     )
-    assert sizing(decision) == (3, 2048 + 512)
+    assert decision.reason == "PodLevelResourcesNotSupported"
+    assert f"spec.resources.{kind} is set" in decision.message
+    assert "set the limits on its containers" in decision.message
 
 
 def test_a_pod_needing_more_than_the_bounds_is_refused_naming_total_and_bound() -> None:

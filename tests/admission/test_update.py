@@ -112,7 +112,10 @@ def test_only_the_validating_webhook_sees_updates() -> None:
     }
     base = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}
     assert rules["mutating"] == [{**base, "operations": ["CREATE"]}]
-    assert rules["validating"] == [{**base, "operations": ["CREATE", "UPDATE"]}]
+    assert rules["validating"] == [
+        {**base, "resources": ["pods", "pods/ephemeralcontainers"],
+         "operations": ["CREATE", "UPDATE"]}
+    ]  # fmt: skip
 
 
 def _handlers(decider: Decider) -> tuple[AdmissionMetrics, dict[str, Any]]:
@@ -176,3 +179,44 @@ def test_the_handler_answers_decision_timeout_past_the_deadline(
         blocker.set()
     assert caught.value.code == 503
     assert metrics.refused.labels(reason=TIMED_OUT)._value.get() == 1
+
+
+def test_an_ephemeral_host_process_container_in_a_hyperv_pod_is_refused() -> None:
+    """``kubectl debug`` adds a container to the pod's sandbox, here its utility VM: a
+    HostProcess one is refused as it would be at CREATE; a plain one passes."""
+    old = _created(pod(**GATED))
+    debug = {"name": "debug", "image": "mcr.microsoft.com/windows/nanoserver:ltsc2022"}
+    plain = copy.deepcopy(old)
+    plain["spec"]["ephemeralContainers"] = [debug]
+    assert isinstance(admit_update(old, plain, SIZED), Admitted)
+    privileged = copy.deepcopy(old)
+    privileged["spec"]["ephemeralContainers"] = [
+        {**debug, "securityContext": {"windowsOptions": {"hostProcess": True}}}
+    ]
+    decision = admit_update(old, privileged, SIZED)
+    assert isinstance(decision, Refused)
+    assert decision.reason == "HostProcessWithHyperV"
+    assert "spec.ephemeralContainers[debug]" in decision.message
+
+
+def test_the_validating_handler_is_called_for_ephemeral_containers_too() -> None:
+    """kopf routes a request with a subresource only to handlers registered for it."""
+    registry = kopf.OperatorRegistry()
+    register(registry, lambda: SIZED, AdmissionMetrics(CollectorRegistry()), decider=Decider())
+    found = {h.id: h.subresource for h in registry._webhooks.get_all_handlers()}
+    assert found == {"mutate-pods": None, "validate-pods": "*"}
+
+
+def test_a_decision_that_raises_is_a_refusal_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*_: Any) -> Decision:
+        raise RecursionError("a bug met a hostile pod")
+
+    monkeypatch.setattr("wcow_operator.webhook.server.admit", broken)
+    metrics, handlers = _handlers(Decider())
+    with pytest.raises(kopf.AdmissionError, match="InternalError") as caught:
+        asyncio.run(handlers["mutate-pods"](body=pod(), patch=kopf.Patch()))
+    assert "a bug met" not in str(caught.value)  # the detail is the operator's log's
+    assert "a bug met a hostile pod" in caplog.text
+    assert metrics.refused.labels(reason="InternalError")._value.get() == 1

@@ -260,3 +260,18 @@ def test_the_timeout_message_names_the_pods_and_the_budget() -> None:
     assert text.startswith("7 pod(s) still on the node: apps/web-0, ")
     assert "and 2 more" in text
     assert "web-pdb" in text
+
+
+def test_a_profile_asking_to_evict_is_not_valid_where_eviction_is_not_allowed() -> None:
+    """An operator without --allow-evict cannot list pods: a profile that asks for Evict is
+    refused naming the field, and its last good RuntimeClass and plan entry stay."""
+    body = profile_body("hv", rollout={"drain": "Evict"})
+    state = observed(body, nodes=[windows("n0", None)])
+    refused = reconcile(state, ReconcileSettings(namespace="wcow-system", allow_evict=False), NOW)
+    valid = next(c for c in refused.statuses["hv"]["conditions"] if c["type"] == "Valid")
+    assert (valid["status"], valid["reason"]) == ("False", "InvalidSpec")
+    assert "spec.rollout.drain" in valid["message"]
+    assert "--allow-evict" in valid["message"]
+    assert "hv" not in refused.plan["handlers"]
+    allowed = reconcile(state, ReconcileSettings(namespace="wcow-system", allow_evict=True), NOW)
+    assert "hv" in allowed.plan["handlers"]

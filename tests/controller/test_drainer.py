@@ -124,6 +124,7 @@ def test_evict_asks_again_while_a_budget_refuses_and_waits_for_the_pods_to_go() 
         assert not seen.done
         assert "apps/web-0" in seen.waiting_for
         assert "disruption budget" in seen.waiting_for
+        assert seen.blocking == ("hv",)  # the class its pods belong to: charged with a timeout
         api.refuse.clear()  # the budget allows one now
         work.run(DrainWork(order, drain=("a",)), pool)
         assert api.evicted == ["apps/web-0"]  # db-0 is not of an evicting class

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,6 +20,7 @@ from tests.controller.builders import profile_body
 from wcow_contract.wire.agent_status import GUEST_BUILD_UNSUPPORTED
 from wcow_contract.wire.plan import PLAN_KEY
 from wcow_contract.wire.rollout import RESUME_ANNOTATION, ROLLOUT_KEY, Rollout, parse_rollout
+from wcow_operator.reconcile.drain import DrainProgress
 from wcow_operator.reconcile.holds import ROLLED_OUT_KEY, read_record
 from wcow_operator.reconcile.model import (
     Observed,
@@ -79,6 +81,8 @@ class Cluster:
     outcomes: list[Outcome] = field(default_factory=list)
     settings: ReconcileSettings = SETTINGS
     memo: Memo = field(default_factory=Memo)
+    # What the drainer found on each draining node (None: no drain is ever reported).
+    drains: Callable[[str], DrainProgress] | None = None
 
     def observe(self) -> Observed:
         plan = json.loads(self.plan_cm["data"][PLAN_KEY]) if self.plan_cm else None
@@ -89,7 +93,13 @@ class Cluster:
             plan_config_map=copy.deepcopy(self.plan_cm),
             nodes=[n.observed() for n in self.nodes.values()],
             rollout_config_map=copy.deepcopy(self.rollout_cm),
+            drains=self._drains(),
         )
+
+    def _drains(self) -> dict[str, DrainProgress] | None:
+        if self.drains is None or self.rollout_cm is None:
+            return None
+        return {node: self.drains(node) for node in self.rollout.draining}
 
     def reconcile(self) -> Outcome:
         self.now += timedelta(seconds=5)
@@ -487,3 +497,63 @@ def test_a_failure_is_charged_to_the_handler_that_failed_not_to_the_other_pools(
     assert cluster.condition("a", "RolledOut")["reason"] == "RolloutComplete"
     rolled = cluster.condition("b", "RolledOut")["message"]
     assert "n2 (CanaryFailed)" in rolled, rolled
+
+
+def test_a_pod_that_blocks_a_drain_holds_back_only_its_own_class() -> None:
+    """A tenant's pod protected by a PodDisruptionBudget that allows no disruption keeps
+    n0 from draining for a's change: the DrainTimeout is charged to a, whose change is held
+    back (the pod and the budget named in a's status); b's change goes on to every node."""
+    evict = {"drain": "Evict", "drainTimeoutSeconds": 60}
+    vm = {"processorCount": 2, "memoryMB": 2048}
+    cluster = Cluster(
+        profiles={n: profile_body(n, vm=vm, rollout=evict) for n in "ab"},
+        nodes={f"n{i}": Node(f"n{i}") for i in range(3)},
+    )
+    refused = (
+        "1 pod(s) still on the node: team/web-0; eviction refused: team/web-0: Cannot evict "
+        "pod as it would violate the pod's disruption budget. The disruption budget web needs "
+        "1 healthy pods and has 1 currently"
+    )
+
+    def drains(node: str) -> DrainProgress:
+        """As the drainer finds n0: its pod of class a stays while a's pods are evicted."""
+        order = cluster.outcomes[-1].drain.order if cluster.outcomes else None
+        if node == "n0" and order is not None and "a" in order.evict:
+            return DrainProgress(False, refused, blocking=("a",))
+        return DrainProgress(True)
+
+    cluster.drains = drains
+    cluster.run()
+    cluster.change("a", vm={"processorCount": 2, "memoryMB": 4096})
+    cluster.change("b", vm={"processorCount": 2, "memoryMB": 3072})
+    cluster.reconcile()  # n0 let in to drain first (by name); its drain never ends
+    cluster.now += timedelta(seconds=61)
+    cluster.run()
+    assert set(cluster.rollout.held) == {"a"}, cluster.rollout
+    assert cluster.rollout.halted is None
+    assert cluster.everywhere("b") == {2}
+    assert cluster.everywhere("a") == {1}
+    rolled = cluster.condition("a", "RolledOut")
+    assert rolled["reason"] == "RolloutHalted"
+    assert "n0 (DrainTimeout)" in rolled["message"]
+    assert "team/web-0" in rolled["message"]
+    assert "disruption budget web" in rolled["message"]
+    assert cluster.condition("b", "RolledOut")["reason"] == "RolloutComplete"
+
+
+def test_a_drain_that_cannot_be_charged_still_halts_the_whole_rollout() -> None:
+    """No pod of a changed class to blame (the drain never started, the API refused it):
+    nothing can be held back, so the rollout halts as before."""
+    evict = {"drain": "Evict", "drainTimeoutSeconds": 60}
+    cluster = Cluster(
+        profiles={"a": profile_body("a", rollout=evict)},
+        nodes={f"n{i}": Node(f"n{i}") for i in range(2)},
+    )
+    cluster.drains = lambda node: DrainProgress(False, "the API refused: 403")
+    cluster.run()
+    cluster.change("a", vm={"processorCount": 2, "memoryMB": 4096})
+    cluster.reconcile()
+    cluster.now += timedelta(seconds=61)
+    cluster.reconcile()
+    assert cluster.rollout.halted is not None
+    assert cluster.rollout.held == {}

@@ -47,3 +47,15 @@ def test_bad_settings_say_what_is_wrong(
     monkeypatch.setattr(module, "SERVICE_ACCOUNT_NAMESPACE", module.Path("/nonexistent"))
     with pytest.raises(SettingsError, match=message):
         parse_settings(argv, env)
+
+
+def test_eviction_is_off_unless_allowed_or_the_default_drain_is_evict() -> None:
+    """Without eviction allowed the operator's token reads no pod (the chart grants the
+    pod list only with it): so it is off by default, and on with --drain Evict."""
+    ns = ["--namespace", "x"]
+    assert parse_settings(ns, {}).allow_evict is False
+    assert parse_settings([*ns, "--allow-evict"], {}).allow_evict is True
+    assert parse_settings(ns, {"WCOW_ALLOW_EVICT": "true"}).allow_evict is True
+    assert parse_settings([*ns, "--drain", "Evict"], {}).allow_evict is True
+    with pytest.raises(SettingsError, match="--drain Evict needs eviction allowed"):
+        parse_settings([*ns, "--drain", "Evict", "--no-allow-evict"], {})

@@ -24,11 +24,8 @@ def test_adapter_implements_the_whole_boundary() -> None:
 def test_every_declared_permission_is_granted() -> None:
     for method, permissions in PERMISSIONS.items():
         for group, resource, verb, scope, name in permissions:
-            rules = (
-                rbac.OPERATOR_CLUSTER_RULES
-                if scope == "cluster"
-                else rbac.OPERATOR_CLUSTER_RULES + rbac.OPERATOR_NAMESPACE_RULES
-            )
+            cluster = rbac.OPERATOR_CLUSTER_RULES + rbac.OPERATOR_EVICT_RULES
+            rules = cluster if scope == "cluster" else cluster + rbac.OPERATOR_NAMESPACE_RULES
             assert rbac.allows(rules, group, resource, verb, name), (
                 f"KubernetesApi.{method} uses {verb} {group or 'core'}/{resource}, "
                 "which the operator's RBAC rules do not grant"
@@ -54,16 +51,17 @@ def test_leader_election_lease_is_granted_by_name() -> None:
 
 def test_the_operator_cannot_touch_secrets_or_pods() -> None:
     every = rbac.OPERATOR_CLUSTER_RULES + rbac.OPERATOR_NAMESPACE_RULES
-    for resource in ("secrets", "pods", "serviceaccounts", "clusterroles"):
+    for resource in ("secrets", "pods", "pods/eviction", "serviceaccounts", "clusterroles"):
         for verb in ("get", "list", "create", "patch", "delete"):
-            if (resource, verb) == ("pods", "list"):
-                continue  # drain Evict: the pods bound to a draining node (below)
             assert not rbac.allows(every, "", resource, verb)
-    # Pods are only listed and evicted (policy/v1, honouring PodDisruptionBudgets): never
-    # deleted, changed or created; Nodes are patched only to cordon (an admission policy
-    # holds the patch to spec.unschedulable and the cordon annotation).
-    assert rbac.allows(every, "", "pods/eviction", "create")
-    assert not rbac.allows(every, "", "pods/eviction", "get")
+    # Only where Evict is allowed: pods are listed and evicted (policy/v1, honouring
+    # PodDisruptionBudgets), never deleted, changed or created. Nodes are patched only to
+    # cordon (an admission policy holds the patch to spec.unschedulable and the annotation).
+    evict = rbac.OPERATOR_EVICT_RULES
+    assert rbac.allows(evict, "", "pods", "list")
+    assert rbac.allows(evict, "", "pods/eviction", "create")
+    for verb in ("get", "create", "patch", "update", "delete"):
+        assert not rbac.allows(evict, "", "pods", verb)
     assert rbac.allows(every, "", "nodes", "patch")
     for verb in ("create", "update", "delete"):
         assert not rbac.allows(every, "", "nodes", verb)

@@ -340,13 +340,13 @@ def test_the_operator_may_write_its_webhook_configurations_as_it_renders_them(
 
 
 def test_the_validating_webhook_may_also_see_pod_updates() -> None:
-    """The VM annotations of a wcow pod must not change after admission (issue 17 point 2):
-    the validating webhook may see UPDATE, the mutating one never."""
+    """The VM annotations of a wcow pod must not change after admission: the validating
+    webhook may see UPDATE (and ephemeral containers added), the mutating one never."""
     rules = [
         {
             "apiGroups": [""],
             "apiVersions": ["v1"],
-            "resources": ["pods"],
+            "resources": ["pods", "pods/ephemeralcontainers"],
             "operations": ["CREATE", "UPDATE"],
             "scope": "Namespaced",
         }
@@ -355,12 +355,15 @@ def test_the_validating_webhook_may_also_see_pod_updates() -> None:
     allowed, messages = guard(_configuration("mutating", rules=rules))
     assert not allowed
     assert any("may see only pods" in m for m in messages), messages
-    # Nor may a stolen token drop UPDATE from the validating webhook: a pod re-annotated
-    # after admission would get whatever VM it asks for.
+    # Nor may a stolen token drop the ephemeral containers, or UPDATE, from the validating
+    # webhook: a pod re-annotated after admission would get whatever VM it asks for.
+    pods_only = [rules[0] | {"resources": ["pods"]}]
+    allowed, messages = guard(_configuration("validating", rules=pods_only), kind="validating")
+    assert not allowed
     create_only = [rules[0] | {"operations": ["CREATE"]}]
     allowed, messages = guard(_configuration("validating", rules=create_only), kind="validating")
     assert not allowed
-    assert any("CREATE and UPDATE for the validating one" in m for m in messages), messages
+    assert any("CREATE and UPDATE of pods and their ephemeral" in m for m in messages), messages
 
 
 def test_an_operator_moved_to_another_namespace_may_write_its_own() -> None:

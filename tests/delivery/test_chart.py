@@ -816,3 +816,66 @@ def test_notes_tell_that_the_webhook_is_on_and_where_its_certificate_comes_from(
     assert f"Service {WEBHOOK}, 443 -> 9443" in notes()
     assert "get certificate" in notes(MATRIX["webhook-cert-manager"])
     assert "webhook" not in notes(MATRIX["no-webhook"])
+
+
+def test_a_private_registry_ca_and_an_allow_list_reach_the_operator() -> None:
+    """webhook.images.caBundle becomes a ConfigMap mounted into the operator and its
+    --registry-ca-file; allowedRegistries become --allowed-registries, one each."""
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"
+    values = {
+        "webhook": {
+            "enabled": True,
+            "images": {
+                "enabled": True,
+                "caBundle": pem,
+                "allowedRegistries": ["harbor.corp.example", "*.azurecr.io"],
+            },
+        }
+    }
+    assert lint(values) == []
+    objects = render(values)
+    config_map = next(
+        o
+        for o in objects
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-registry-ca")
+    )
+    assert config_map["data"]["ca.crt"].strip() == pem
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert "--registry-ca-file=/etc/wcow-operator/registry-ca/ca.crt" in args
+    assert "--allowed-registries=harbor.corp.example" in args
+    assert "--allowed-registries=*.azurecr.io" in args
+    mounted = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounted["registry-ca"]["readOnly"] is True
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["registry-ca"]["configMap"]["name"] == config_map["metadata"]["name"]
+    # Without a bundle: neither the ConfigMap nor the flag.
+    plain = render({"webhook": {"enabled": True, "images": {"enabled": True}}})
+    assert not [o for o in plain if o["metadata"]["name"].endswith("-registry-ca")]
+
+
+@pytest.mark.parametrize(
+    ("operator", "evicts"),
+    [({}, False), ({"allowEvict": True}, True), ({"drain": "Evict"}, True),
+     ({"drain": "Cordon"}, False)],
+)  # fmt: skip
+def test_the_operator_reads_pods_only_where_eviction_is_allowed(
+    operator: dict[str, object], evicts: bool
+) -> None:
+    objects = render({"operator": operator})
+    roles = [o for o in objects if o["kind"] in ("ClusterRole", "Role")]
+    operator_sa = [
+        o for o in objects if o["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        and any(s["name"].endswith("-operator") for s in o["subjects"])
+    ]  # fmt: skip
+    bound = {b["roleRef"]["name"] for b in operator_sa}
+    pod_rules = [
+        r for role in roles if role["metadata"]["name"] in bound
+        for r in role.get("rules") or [] if "pods" in r["resources"]
+    ]  # fmt: skip
+    assert bool(pod_rules) is evicts, pod_rules
+    args = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
+    assert ("--allow-evict" in args) is evicts

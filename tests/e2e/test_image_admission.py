@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from tests.e2e.operator_harness import (
     wait_for,
     windows_pod,
 )
+from tests.images.hostile import dribble, serving
 from tests.registry import Registry, require_registry, running
 from wcow_operator.render.webhooks import WEBHOOK_CONFIGURATION
 from wcow_operator.webhook.image_decision import ORIGINAL_IMAGES
@@ -63,7 +65,7 @@ def setup(kube: client.ApiClient, prefix: str, tmp_path: Path) -> Iterator[dict[
             running_operator(
                 operator_ns, "--webhook-port", str(port), "--webhook-url",
                 f"https://127.0.0.1:{port}", "--resolve-images",
-                "--insecure-registry", registry.host,
+                "--insecure-registry", registry.host, "--allowed-registries", "127.0.0.1:*",
             )
         )  # fmt: skip
         stack.enter_context(profiles_cleaned_up(kube, [guest]))
@@ -107,17 +109,18 @@ def test_images_refused_pinned_and_warned_on_the_real_api_server(setup: dict[str
     # No 17763 entry: refused, naming the container, the image, its builds and the need.
     mismatched = _pod("mismatch", setup["class"], registry.reference("wcow/app", "ltsc2022"))
     with pytest.raises(ApiException) as caught:
-        core.create_namespaced_pod(ns, mismatched, dry_run="All")
+        core.create_namespaced_pod(ns, mismatched)
     refusal = str(caught.value.body)
     assert "ImageBuildMismatch" in refusal
     assert "spec.containers[app]" in refusal
     assert "10.0.20348.2655" in refusal
     assert "10.0.17763 (ltsc2019)" in refusal
 
-    # The index has the guest build's entry: pinned to it, for real and in a dry run.
+    # The index has the guest build's entry: pinned to it, for real and then in a dry run
+    # (which reads only the cache, here filled by the real one).
     multi = registry.reference("wcow/app", "multi")
-    for dry_run in (True, False):
-        admitted, _ = _create(core, ns, _pod("pinned", setup["class"], multi), dry_run=dry_run)
+    for name, dry_run in (("pinned", False), ("pinned-dry", True)):
+        admitted, _ = _create(core, ns, _pod(name, setup["class"], multi), dry_run=dry_run)
         image = admitted["spec"]["containers"][0]["image"]
         assert image == registry.reference("wcow/app", old.digest)
         original = json.loads(admitted["metadata"]["annotations"][ORIGINAL_IMAGES])
@@ -136,12 +139,23 @@ def test_images_refused_pinned_and_warned_on_the_real_api_server(setup: dict[str
     # A registry that is down: admitted as written, with a warning, and counted.
     down = f"127.0.0.1:{free_port()}/wcow/app:multi"
     before = metric(setup["operator"]["metrics"], "wcow_admission_images_unchecked_total")
-    admitted, warning = _create(core, ns, _pod("down", setup["class"], down), dry_run=True)
+    admitted, warning = _create(core, ns, _pod("down", setup["class"], down), dry_run=False)
     assert admitted["spec"]["containers"][0]["image"] == down
     assert "was not checked" in warning
     assert "cannot be reached" in warning
     after = metric(setup["operator"]["metrics"], "wcow_admission_images_unchecked_total")
     assert after == before + 1
+
+    # A server-side dry run never waits on a registry: an uncached image is admitted with a
+    # warning at once, whatever the registry (here one that never answers).
+    with serving(dribble) as slow:
+        reference = f"{slow.host}/wcow/app:slow"
+        started = time.monotonic()
+        admitted, warning = _create(core, ns, _pod("dry", setup["class"], reference), dry_run=True)
+        took = time.monotonic() - started
+    assert took < 0.9, took  # the lookup deadline is 1 s: it was not waited for
+    assert "dry run" in warning
+    assert slow.connections == []
 
 
 def test_the_registry_secret_is_read_by_name_into_credentials(
@@ -153,7 +167,7 @@ def test_the_registry_secret_is_read_by_name_into_credentials(
     import base64
 
     from wcow_operator.k8s.secrets import RegistrySecret
-    from wcow_operator.registry.client import credentials_from_dockerconfig
+    from wcow_operator.registry.credentials import credentials_from_dockerconfig
 
     core = client.CoreV1Api(kube)
     config = {
@@ -170,10 +184,11 @@ def test_the_registry_secret_is_read_by_name_into_credentials(
         })  # fmt: skip
         core.create_namespaced_secret(ns, {"metadata": {"name": "opaque"},
                                            "stringData": {"x": "y"}})  # fmt: skip
-        document = RegistrySecret(kube, ns, "pull").read()
+        document, scopes = RegistrySecret(kube, ns, "pull").read()
         assert credentials_from_dockerconfig(document or {}) == {
             "registry.lab:5000": ("robot", "s3cret"),
             "registry-1.docker.io": ("hub", "token"),
         }
-        assert RegistrySecret(kube, ns, "missing").read() is None
-        assert RegistrySecret(kube, ns, "opaque").read() is None
+        assert scopes is None  # no scopes.json: the credentials serve no pod
+        assert RegistrySecret(kube, ns, "missing").read() == (None, None)
+        assert RegistrySecret(kube, ns, "opaque").read() == (None, None)

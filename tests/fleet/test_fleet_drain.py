@@ -14,8 +14,10 @@ the profile's status:
 - Evict: a PodDisruptionBudget that allows no disruption holds the node in its drain (it does
   not apply, nor does anyone else); relaxed, the pod is evicted and the node applies; pods of
   other classes and pods outside the selector stay;
-- a drain that cannot finish within drainTimeoutSeconds halts the rollout with reason
-  DrainTimeout, naming the pod and the budget, and the node is uncordoned.
+- a drain that cannot finish within drainTimeoutSeconds is charged to the profile whose pod
+  holds it (DrainTimeout, naming the pod and the budget): that profile's change is held back,
+  the node is uncordoned, and another profile's change goes on to every node, also after a
+  resume that meets the same pod.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from tests.fleet.harness import Operator, View, running_fleet, running_operator
 from tests.fleet.paced import (
     BAD_CHANGE,
     MEMORY,
+    annotate_resume,
     apply_windows,
     halted,
     new_plan,
@@ -52,6 +55,7 @@ from tests.fleet.paced import (
     read_rollout,
 )
 from wcow_agent.simulator.fleet import Fleet
+from wcow_contract.wire.rollout import Rollout
 from wcow_operator.reconcile.drain import CORDONED_BY
 
 pytestmark = pytest.mark.e2e
@@ -278,12 +282,14 @@ def test_cordon_while_applying_uncordon_after_success_and_failure_others_cordon_
         )
 
 
-def test_evict_waits_for_a_budget_and_a_drain_timeout_halts(
+def test_evict_waits_for_a_budget_and_a_drain_timeout_holds_back_its_class_only(
     kube: client.ApiClient, kubeconfig: Path, prefix: str, tmp_path: Path
 ) -> None:
     core, policy = client.CoreV1Api(kube), client.PolicyV1Api(kube)
+    other = f"{prefix}-other"
     with (
-        drained_fleet(kube, kubeconfig, prefix, tmp_path) as parts,
+        drained_fleet(kube, kubeconfig, prefix, tmp_path, "--allow-evict") as parts,
+        profiles_cleaned_up(kube, [other]),
         namespace(kube, f"{prefix}-apps") as apps,
         Kubelet(core, apps),
     ):
@@ -347,25 +353,58 @@ def test_evict_waits_for_a_budget_and_a_drain_timeout_halts(
         windows = {w.node: w for w in apply_windows(fleet.nodes, since)}
         assert sorted(windows) == names
 
-        # A drain that cannot finish: the budget blocks again, the timeout halts the rollout.
+        # A drain that cannot finish: the budget blocks again; the timeout holds back the
+        # class whose pod blocks it, and nobody else's change.
+        client.CustomObjectsApi(kube).create_cluster_custom_object(
+            GROUP, VERSION, PLURAL, profile(other, isolation="Process")
+        )
+        with_other = new_plan(operator, kube, ns, changed)
+        operator.until(f"{other} on every node", lambda: every_node_has(view, other))
         running_pod(core, apps, "web-1", first_node, hv, app="web")
         budget(policy, apps, "web", 1)
         operator.until("the budget to block again", lambda: allowed(policy, apps, "web") == 0)
         patch_spec(kube, hv, {"vm": {"memoryMB": 4096}, "rollout": {"drainTimeoutSeconds": 30}})
-        new_plan(operator, kube, ns, changed)
-        stop = operator.until(f"{hv} halted by the drain", lambda: halted(view, hv), timeout=120)
+        new_plan(operator, kube, ns, with_other)
+        stop = operator.until(f"{hv} held back by the drain", lambda: halted(view, hv), timeout=120)
         assert f"{first_node} (DrainTimeout)" in stop["message"], stop["message"]
+        assert "held back" in stop["message"], stop["message"]
         # The profile says which pod and which budget held it up; so does the rollout.
         assert f"{apps}/web-1" in stop["message"], stop["message"]
         assert "disruption budget" in stop["message"], stop["message"]
         rollout = read_rollout(kube, ns)
         assert rollout is not None
-        assert rollout.halted is not None
-        (failure,) = [f for f in rollout.halted.nodes if f.node == first_node]
+        assert rollout.halted is None, rollout
+        assert set(rollout.held) == {hv}, rollout
+        (failure,) = [f for f in rollout.held[hv].nodes if f.node == first_node]
         assert failure.reason == "DrainTimeout"
         assert "not drained within 30 s" in failure.message, failure
         assert "web-1" in pods(core, apps)
         operator.until(
-            f"{first_node} uncordoned after the halt",
+            f"{first_node} uncordoned after the hold",
             lambda: node_state(view, first_node) == (False, None),
         )
+        # Another profile's change reaches every node meanwhile, the blocked one included.
+        patch_spec(kube, other, {"annotations": {"pod": ["io.microsoft.container.*"]}})
+        operator.until(f"{other}'s change on every node", lambda: every_node_has(view, other, 2))
+        assert halted(view, other) is None
+        # Resumed while the pod stays: held back again, the others untouched.
+        annotate_resume(kube, hv, "again")
+        operator.until(
+            f"{hv} held back again",
+            lambda: (
+                (r := read_rollout(kube, ns)) is not None
+                and r.held.get(hv) is not None
+                and r.held[hv].resumed_by == "again"
+            ),
+            timeout=120,
+        )
+        assert (read_rollout(kube, ns) or Rollout(plan_hash="", max_unavailable=1)).halted is None
+
+
+def every_node_has(view: View, handler: str, generation: int = 1) -> bool:
+    """Every simulated node reports the handler Ready at this profile generation."""
+    for name in view.names:
+        entry = ((view.agent_status(name) or {}).get("handlers") or {}).get(handler) or {}
+        if (entry.get("state"), entry.get("profileGeneration")) != ("Ready", generation):
+            return False
+    return True

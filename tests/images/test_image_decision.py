@@ -208,3 +208,15 @@ def test_an_update_that_changes_an_image_is_judged_and_must_be_pinned_for_hyperv
     names, pinned = judged(f"{REPO}@{D17763}")
     assert names == []
     assert isinstance(pinned, Admitted)
+
+
+def test_a_nested_original_images_annotation_is_no_crash() -> None:
+    """A tenant's own runtime.wcow.dev/original-images, nested 100,000 deep: ignored (the
+    webhook writes its own), never an exception."""
+    item = profile("wc", isolation="HyperV", windowsBuild="ltsc2019")
+    body = pod("wc", containers=[dict(container(), image=f"{REPO}:multi")])
+    body["metadata"]["annotations"] = {ORIGINAL_IMAGES: "[" * 100_000 + "]" * 100_000}
+    decision, _ = with_images(admit(body, profiles(item)), item, {f"{REPO}:multi": INDEX}, False)
+    assert isinstance(decision, Admitted)
+    original = json.loads(decision.pod["metadata"]["annotations"][ORIGINAL_IMAGES])
+    assert original == {"app": f"{REPO}:multi"}

@@ -17,6 +17,7 @@ import pytest
 from tests.control_plane import free_port
 from tests.registry import DOCKER_MANIFEST, Registry, require_registry, running
 from wcow_operator.registry.client import RegistryClient
+from wcow_operator.registry.credentials import Credential
 from wcow_operator.registry.facts import ImageFacts, LookupFailure
 from wcow_operator.registry.resolver import FactsCache, Resolver
 
@@ -69,15 +70,19 @@ def test_https_is_the_default_and_plain_http_only_for_insecure_hosts(tmp_path: P
     with running(tmp_path, tls=True) as registry:
         registry.push_image("wcow/app", WS2022, tag="ltsc2022")
         reference = registry.reference("wcow/app", "ltsc2022")
-        trusted = RegistryClient(ca_file=str(registry.ca_file)).lookup(reference, 2.0)
-        assert isinstance(trusted, ImageFacts)
-        untrusted = RegistryClient().lookup(reference, 2.0)
+        listed = (registry.host,)  # a loopback address: read only when listed by name
+        trusted = RegistryClient(ca_file=str(registry.ca_file), allowed=listed)
+        assert isinstance(trusted.lookup(reference, 2.0), ImageFacts)
+        untrusted = RegistryClient(allowed=listed).lookup(reference, 2.0)
         assert isinstance(untrusted, LookupFailure)
         assert untrusted.cause == "Unreachable"
-        assert "TLS" in untrusted.message
+        # The tenant is not told how (another CA reads as a closed port would).
+        assert untrusted.message == f"registry {registry.host!r} cannot be reached"
     with running(tmp_path / "plain") as plain:
         plain.push_image("wcow/app", WS2022, tag="ltsc2022")
-        failure = RegistryClient().lookup(plain.reference("wcow/app", "ltsc2022"), 2.0)
+        failure = RegistryClient(allowed=(plain.host,)).lookup(
+            plain.reference("wcow/app", "ltsc2022"), 2.0
+        )
         assert isinstance(failure, LookupFailure)
         assert failure.cause == "Unreachable"
 
@@ -128,8 +133,9 @@ def test_401_without_credentials_and_a_token_with_them(tmp_path: Path, token_ser
         reference = registry.reference("wcow/app", "ltsc2022")
         _TokenService.expected = "Basic dXNlcjpzZWNyZXQ="  # user:secret
         # A token service over plain HTTP is refused unless its host is listed as insecure.
-        refused = _client(registry, credentials={registry.host: ("user", "secret")})
-        failure = refused.lookup(reference, 2.0)
+        scoped = {registry.host: Credential("user", "secret", namespaces=("team-a",))}
+        refused = _client(registry, credentials=scoped)
+        failure = refused.lookup(reference, 2.0, namespace="team-a")
         assert isinstance(failure, LookupFailure)
         assert failure.cause == "Unauthorized"
         assert "not HTTPS" in failure.message
@@ -140,8 +146,8 @@ def test_401_without_credentials_and_a_token_with_them(tmp_path: Path, token_ser
         assert anonymous.cause == "Unauthorized"
         assert "HTTP 401" in anonymous.message
 
-        client = RegistryClient(insecure=insecure, credentials={registry.host: ("user", "secret")})
-        facts = client.lookup(reference, 2.0)
+        client = RegistryClient(insecure=insecure, credentials=scoped)
+        facts = client.lookup(reference, 2.0, namespace="team-a")
         assert isinstance(facts, ImageFacts)
         assert facts.entries[0].platform is not None
         assert _TokenService.seen[-1] == "Basic dXNlcjpzZWNyZXQ="
@@ -217,7 +223,8 @@ def test_redirects_are_followed_to_the_bytes_the_digest_names(registry: Registry
     threading.Thread(target=server.serve_forever, daemon=True).start()
     host = f"127.0.0.1:{server.server_address[1]}"
     try:
-        client = RegistryClient(insecure=frozenset({host}))
+        # Each hop is held to the same rules: the storage it redirects to is listed too.
+        client = RegistryClient(insecure=frozenset({host, registry.host}))
         facts = client.lookup(f"{host}/wcow/app:ltsc2022", 2.0)
     finally:
         server.shutdown()
@@ -237,7 +244,8 @@ def test_a_registry_that_is_down_fails_at_once_and_is_not_asked_again() -> None:
         assert isinstance(first, LookupFailure)
         assert first.cause == "Unreachable"
         assert "cannot be reached" in first.message
-        assert resolver.cache.get(f"{host}/wcow/app:ltsc2022") == first  # for FAILURE_TTL
+        key = resolver.key(f"{host}/wcow/app:ltsc2022", None)
+        assert resolver.cache.get(key) == first  # for FAILURE_TTL
     finally:
         resolver.shutdown()
 
@@ -282,7 +290,7 @@ def test_the_cache_answers_a_pinned_entry_without_asking(registry: Registry) -> 
     resolver = Resolver(_client(registry))
     try:
         resolver.resolve([registry.reference("wcow/app", "multi")])
-        pinned = resolver.cache.get(registry.reference("wcow/app", old.digest))
+        pinned = resolver.cache.get(resolver.key(registry.reference("wcow/app", old.digest), None))
         assert isinstance(pinned, ImageFacts)
         assert not pinned.index
         assert pinned.entries[0].digest == old.digest

@@ -130,3 +130,42 @@ def test_cli_refuses_a_missing_output_folder_and_a_missing_kubeconfig(
     with pytest.raises(SystemExit) as exit_:
         cli.main(["status", "-o", "yaml"])
     assert exit_.value.code == cli.EXIT_USAGE
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "DB_PASSWORD=hunter2-secret-value",
+        "client_secret=abcdef123456",
+        "export API_TOKEN='quoted value with spaces'",
+        '{"apiToken": "s3cr3t with spaces"}',
+        "Authorization: Token 0123456789abcdef",
+        "pushed with ghp_0123456789abcdefghijABCDEFGHIJ0123",
+        "SAS https://acct.blob.core.windows.net/c?sv=2022&sig=AbCdEf0123456789%2Bxyz",
+        "aws AKIAABCDEFGHIJKLMNOP key",
+        "conn: connectionString=Server=db;Password=abc",
+    ],
+)
+def test_common_secret_shapes_are_redacted(line: str) -> None:
+    redacted = redact_text(line)
+    assert REDACTED in redacted, redacted
+    for secret in ("hunter2", "abcdef123456", "quoted value", "s3cr3t", "0123456789abcdef",
+                   "ghp_0123", "AbCdEf0123", "AKIAABCDEFGHIJKLMNOP", "Password=abc"):  # fmt: skip
+        assert secret not in redacted, redacted
+
+
+def test_the_bundle_is_written_only_through_a_file_it_created(tmp_path: Path) -> None:
+    """A name planted in the output folder (the old fixed ``.partial`` name as a symbolic
+    link to a file of the victim's) is never written through."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me", encoding="utf-8")
+    target = tmp_path / "bundle.tar.gz"
+    (tmp_path / "bundle.tar.gz.partial").symlink_to(victim)
+    write_bundle({"a.txt": "hello"}, target, "top", 0.0)
+    assert victim.read_text(encoding="utf-8") == "keep me"
+    with tarfile.open(target) as archive:
+        assert archive.getnames() == ["top/a.txt"]
+    assert oct(target.stat().st_mode & 0o777) == "0o600"
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")] == [
+        "bundle.tar.gz.partial"
+    ]  # only the planted link: the temporary file was renamed away

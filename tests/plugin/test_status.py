@@ -180,3 +180,18 @@ def test_table_and_json_show_a_held_back_profile_and_how_to_send_it_out_again() 
     assert "kubectl annotate wrp proc runtime.wcow.dev/resume-rollout" in text
     document = json.loads(report.as_json())
     assert document["rollout"]["held"]["proc"]["nodes"] == "w4"
+
+
+def test_what_others_wrote_reaches_the_terminal_escaped() -> None:
+    """A status, a node's report or an API error written by a tenant or a node cannot send
+    the reader's terminal an escape sequence (an OSC 52 clipboard write, say)."""
+    from wcow_operator.plugin.cli import terminal_safe
+
+    hostile = "ok\x1b]52;c;ZXZpbA==\x07 \u202eevil\x9b2J\nnext line"
+    safe = terminal_safe(hostile)
+    assert "\x1b" not in safe
+    assert "\x07" not in safe
+    assert "\u202e" not in safe
+    assert "\x9b" not in safe
+    assert "\\x1b]52" in safe
+    assert safe.split("\n") == [safe.split("\n")[0], "next line"]  # line breaks kept

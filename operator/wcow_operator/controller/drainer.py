@@ -26,6 +26,7 @@ from wcow_operator.reconcile.drain import (
     DrainOrder,
     DrainProgress,
     DrainWork,
+    blocking,
     pod_name,
     pods_to_evict,
     waiting_for,
@@ -129,7 +130,9 @@ class Drainer:
         if not left:
             return DrainProgress(done=True)
         return DrainProgress(
-            done=False, waiting_for=waiting_for([pod_name(p) for p in left], refusals)
+            done=False,
+            waiting_for=waiting_for([pod_name(p) for p in left], refusals),
+            blocking=blocking(left),
         )
 
     def _uncordon(self, node: str, _order: DrainOrder) -> None:

@@ -15,6 +15,7 @@ from wcow_operator.k8s.transport import JsonTransport, TransportError
 
 log = logging.getLogger(__name__)
 DOCKER_CONFIG_KEY: Final = ".dockerconfigjson"
+SCOPES_KEY: Final = "scopes.json"  # wcow_operator.registry.credentials
 MAX_SECRET_BYTES: Final = 1 << 20  # the API server's own bound on a Secret
 
 
@@ -23,9 +24,10 @@ class RegistrySecret:
         self._transport = JsonTransport(api_client, timeout_seconds=10)
         self.namespace, self.name = namespace, name
 
-    def read(self) -> dict[str, Any] | None:
-        """The Secret's ``.dockerconfigjson`` document; None (and a log line saying why)
-        when it is missing, unreadable or of another shape: lookups are then anonymous."""
+    def read(self) -> tuple[dict[str, Any] | None, Any]:
+        """The Secret's ``.dockerconfigjson`` document and its ``scopes.json`` (None when
+        absent); (None, None) with a log line saying why when the Secret is missing,
+        unreadable or of another shape: lookups are then anonymous."""
         path = f"/api/v1/namespaces/{self.namespace}/secrets/{self.name}"
         where = f"registry Secret {self.namespace}/{self.name}"
         try:
@@ -33,16 +35,29 @@ class RegistrySecret:
         except (ApiException, *TransportError) as error:
             status = getattr(error, "status", 0)
             log.warning("%s cannot be read (HTTP %s): image lookups are anonymous", where, status)
-            return None
-        encoded = (secret.get("data") or {}).get(DOCKER_CONFIG_KEY)
-        if not isinstance(encoded, str) or len(encoded) > MAX_SECRET_BYTES:
-            log.warning("%s has no %s key: image lookups are anonymous", where, DOCKER_CONFIG_KEY)
-            return None
-        try:
-            document = json.loads(base64.b64decode(encoded))
-        except ValueError:
+            return None, None
+        data = secret.get("data") or {}
+        document = _decoded(data, DOCKER_CONFIG_KEY, where)
+        if not isinstance(document, dict):
             log.warning(
-                "%s: %s is not base64 JSON; lookups are anonymous", where, DOCKER_CONFIG_KEY
+                "%s has no %s document: image lookups are anonymous", where, DOCKER_CONFIG_KEY
             )
-            return None
-        return document if isinstance(document, dict) else None
+            return None, None
+        return document, _decoded(data, SCOPES_KEY, where)
+
+
+def _decoded(data: dict[str, Any], key: str, where: str) -> Any:
+    """A key of the Secret as JSON; None when absent, or (and a log line) not base64 JSON."""
+    encoded = data.get(key)
+    if encoded is None:
+        return None
+    if not isinstance(encoded, str) or len(encoded) > MAX_SECRET_BYTES:
+        log.warning(
+            "%s: %s is not a Secret value of at most %d bytes", where, key, MAX_SECRET_BYTES
+        )
+        return None
+    try:
+        return json.loads(base64.b64decode(encoded))
+    except (ValueError, RecursionError):
+        log.warning("%s: %s is not base64 JSON", where, key)
+        return None

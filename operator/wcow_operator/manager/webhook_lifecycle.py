@@ -7,14 +7,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from wcow_operator.controller.cache import ClusterCache
 from wcow_operator.controller.metrics import Metrics
 from wcow_operator.k8s.secrets import RegistrySecret
 from wcow_operator.k8s.webhook_configurations import WebhookConfigurations
-from wcow_operator.registry.client import RegistryClient, credentials_from_dockerconfig
+from wcow_operator.registry.client import RegistryClient
+from wcow_operator.registry.credentials import scoped_credentials
 from wcow_operator.registry.resolver import Resolver
 from wcow_operator.settings import OperatorSettings
 from wcow_operator.webhook.certificates import Authority, ServingCertificate, keep_renewed
@@ -69,10 +70,16 @@ class CredentialsKeeper:
     secret: RegistrySecret
     client: RegistryClient
     every: float = 60.0
+    _problems: list[str] = field(default_factory=list)
 
     def refresh(self) -> None:
-        document = self.secret.read()
-        self.client.credentials = credentials_from_dockerconfig(document or {})
+        document, scopes = self.secret.read()
+        found, problems = scoped_credentials(document or {}, scopes)
+        if problems != self._problems:  # said once, not at every reread
+            for problem in problems:
+                log.warning("registry Secret %s: %s", self.secret.name, problem)
+            self._problems = problems
+        self.client.credentials = found
 
     def run(self, stop: threading.Event) -> Callable[[], None]:
         def loop() -> None:
@@ -89,7 +96,11 @@ def image_checks(
     images = settings.images
     if not images.resolve:
         return None, None
-    client = RegistryClient(insecure=frozenset(images.insecure_registries))
+    client = RegistryClient(
+        insecure=frozenset(images.insecure_registries),
+        allowed=images.allowed_registries,
+        ca_file=images.registry_ca_file or None,
+    )
     keeper = None
     if images.registry_secret:
         secret = RegistrySecret(api_client, settings.namespace, images.registry_secret)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from wcow_contract.text import printable
 from wcow_operator.controller.cluster_api import ApiError
 from wcow_operator.k8s.prober import PodProber
 from wcow_operator.k8s.reader import ClusterReader, kubeconfig_client
@@ -122,24 +123,40 @@ class UsageError(Exception):
     pass
 
 
+def terminal_safe(text: str) -> str:
+    """``text`` with every character a terminal would act on escaped (escape sequences,
+    other control and bidi characters), its line breaks kept: statuses, node reports and API
+    errors are written by others (a tenant, a node), and an OSC sequence in one could set the
+    reader's clipboard or rewrite the screen."""
+    return "\n".join(printable(line, len(line) * 10 + 16) for line in text.split("\n"))
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(terminal_safe(text))
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(terminal_safe(text))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "verify":
             text, code = _verify(args)
-            sys.stdout.write(text)
+            _out(text)
             return code
         reader = ClusterReader(kubeconfig_client(args.kubeconfig, args.context))
         if args.command == "status":
-            sys.stdout.write(_status(reader, args.namespace, args.output))
+            _out(_status(reader, args.namespace, args.output))
         else:
-            sys.stdout.write(_diagnose(reader, args.namespace, args.node, Path(args.output_dir)))
+            _out(_diagnose(reader, args.namespace, args.node, Path(args.output_dir)))
     except UsageError as error:
-        sys.stderr.write(f"kubectl wcow: {error}\n")
+        _err(f"kubectl wcow: {error}\n")
         return EXIT_USAGE
     except ApiError as error:
         forbidden = f"\n{HINT}" if error.status == 403 else ""
-        sys.stderr.write(f"kubectl wcow: {_said(error)}{forbidden}\n")
+        _err(f"kubectl wcow: {_said(error)}{forbidden}\n")
         return EXIT_CLUSTER
     return 0
 

@@ -10,8 +10,10 @@ credentials). Everything written passes ``redact_object`` (objects) and then ``r
 from __future__ import annotations
 
 import io
+import os
 import re
 import tarfile
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -21,10 +23,12 @@ import yaml
 REDACTED: Final = "REDACTED"
 # Object keys whose values are credentials wherever they appear (case-insensitive, after an
 # optional prefix such as "client-" or "tls."). Not "key": tolerations and selectors use it.
-SECRET_KEY: Final = re.compile(
-    r"(?i)^(?:.*[-_.])?(?:password|passwd|token|secret|apikey|api[-_]key|auth|"
-    r"credentials?|private[-_]?key|client[-_]key(?:[-_]data)?|token[-_]data)$"
+_SECRET_WORDS: Final = (  # the names of credentials, not one
+    r"password|passwd|pwd|passphrase|token|secret|apikey|api[-_]key|auth|authorization|"  # noqa: S105
+    r"credentials?|private[-_]?key|client[-_]key(?:[-_]data)?|token[-_]data|access[-_]key|"
+    r"connection[-_]?string|conn[-_]?str|dsn|cookie|session"
 )
+SECRET_KEY: Final = re.compile(rf"(?i)^(?:.*[-_.])?(?:{_SECRET_WORDS})$")
 DROPPED_ANNOTATIONS: Final = ("kubectl.kubernetes.io/last-applied-configuration",)
 _PATTERNS: Final = [
     # PEM private keys, whole blocks.
@@ -36,15 +40,27 @@ _PATTERNS: Final = [
     ),
     # JSON Web Tokens (ServiceAccount tokens are JWTs): header.payload.signature.
     (re.compile(r"eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"), REDACTED),
-    # Authorization headers and bearer tokens.
-    (re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]{6,}"), rf"\1\2{REDACTED}"),
+    # Authorization headers and tokens of any scheme (Bearer, Basic, Token, ...).
+    (
+        re.compile(r"(?i)\b(bearer|basic|token|digest|negotiate)(\s+)[A-Za-z0-9._~+/=-]{6,}"),
+        rf"\1\2{REDACTED}",
+    ),
+    # Well-known token shapes: GitHub, GitLab, Slack, AWS access keys, Azure SAS signatures.
+    (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"), REDACTED),
+    (re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"), REDACTED),
+    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), REDACTED),
+    (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), REDACTED),
+    (re.compile(r"(?i)([?&]sig=)[A-Za-z0-9%/+=]{10,}"), rf"\1{REDACTED}"),
     # user:password@ in URLs.
     (re.compile(r"(://)[^/\s:@]+:[^/\s@]+@"), rf"\1{REDACTED}@"),
-    # key=value and "key": "value" for credential-named keys (logs, JSON in annotations).
+    # key=value, key: value and "key": "value" for credential-named keys, the key with any
+    # prefix or suffix (DB_PASSWORD=, client_secret=, "apiToken": ...); quoted values whole.
     (
         re.compile(
-            r"""(?i)(["']?\b(?:password|passwd|token|secret|api[-_]?key|auth|"""
-            r"""client[-_]key[-_]data|token[-_]data)["']?\s*[:=]\s*["']?)([^"'\s,;}&]+)"""
+            rf"""(?i)(["']?[A-Za-z0-9_.-]*(?:{_SECRET_WORDS})[A-Za-z0-9_.-]*["']?\s*[:=]\s*)"""
+            # (a scheme word is left for the pattern above: "Authorization: Bearer ...")
+            r"""(?!(?:bearer|basic|token|digest|negotiate|REDACTED)\b)"""
+            r"""("(?:[^"\\\n]|\\.)*"|'[^'\n]*'|[^"'\s,;}&]+)"""
         ),
         rf"\1{REDACTED}",
     ),
@@ -80,16 +96,24 @@ def dump(value: Any) -> str:
 
 def write_bundle(files: Mapping[str, str], path: Path, top: str, mtime: float) -> Path:
     """The files (relative names) under ``top/`` in a tar.gz at ``path``, each redacted;
-    written to a temporary name first, so a failure leaves no half bundle."""
-    partial = path.with_name(path.name + ".partial")
-    with tarfile.open(partial, "w:gz") as archive:
-        for name in sorted(files):
-            data = redact_text(files[name]).encode("utf-8")
-            info = tarfile.TarInfo(f"{top}/{name}")
-            info.size = len(data)
-            info.mtime = int(mtime)
-            info.mode = 0o600
-            archive.addfile(info, io.BytesIO(data))
-    partial.chmod(0o600)
-    partial.replace(path)
+    written to a temporary file this call creates (a fresh random name, opened with O_EXCL
+    and mode 0600: a name planted in the folder, a symbolic link say, is never written
+    through), then renamed over ``path``, so a failure leaves no half bundle."""
+    descriptor, temporary = tempfile.mkstemp(
+        prefix=f".{path.name}.", suffix=".partial", dir=path.parent
+    )
+    partial = Path(temporary)
+    try:
+        with os.fdopen(descriptor, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as archive:
+            for name in sorted(files):
+                data = redact_text(files[name]).encode("utf-8")
+                info = tarfile.TarInfo(f"{top}/{name}")
+                info.size = len(data)
+                info.mtime = int(mtime)
+                info.mode = 0o600
+                archive.addfile(info, io.BytesIO(data))
+        partial.replace(path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     return path

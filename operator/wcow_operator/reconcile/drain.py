@@ -5,7 +5,10 @@ goes first into the rollout's ``draining`` (it counts against maxUnavailable but
 change yet); the controller's drainer cordons it (and with Evict evicts the changed
 classes' pods and waits until they are gone) and says so; the next pass moves it to
 ``permitted``. A drain that is not done within its timeout fails the node's turn with reason
-``DrainTimeout``, which halts the rollout like any failure. A node is uncordoned once it is
+``DrainTimeout``; it is charged to the profiles whose pods are still there (a tenant's pod
+that a PodDisruptionBudget protects holds back its own class's change, named in that
+profile's status, and nobody else's), and halts the rollout only when it cannot be charged
+to any (the drain never started, or the API refused it). A node is uncordoned once it is
 no longer draining or applying (applied, failed, rolled back, halted, or the change is gone),
 and only if the operator cordoned it (the annotation ``runtime.wcow.dev/cordoned-by``): a node
 someone else made unschedulable is never touched.
@@ -30,6 +33,7 @@ from wcow_contract.v1alpha1 import (
 CORDONED_BY: Final = "runtime.wcow.dev/cordoned-by"
 CORDONED_BY_VALUE: Final = "wcow-operator"
 MAX_NAMED = 5  # pods named in a DrainTimeout message
+DRAIN_TIMEOUT: Final = "DrainTimeout"
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,9 @@ class DrainOrder:
     mode: Drain
     timeout: timedelta = timedelta(seconds=DRAIN_TIMEOUT_DEFAULT)
     evict: Mapping[str, LabelSelector | None] = field(default_factory=dict)
+    handlers: Mapping[str, str] = field(default_factory=dict)
+    """RuntimeClass -> the handler of its profile, for the classes evicted: a drain that
+    times out on a class's pods is charged to that handler."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,8 @@ class DrainProgress:
 
     done: bool
     waiting_for: str = ""
+    blocking: tuple[str, ...] = ()
+    """The RuntimeClasses whose pods are still on the node (what holds the drain up)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,7 @@ class ProfileDrain:
     mode: Drain | None
     timeout_seconds: int | None = None
     selector: LabelSelector | None = None
+    handler: str | None = None
 
 
 def drain_order(
@@ -82,6 +92,7 @@ def drain_order(
         evict={
             p.runtime_class: p.selector for p in sorted(evicting, key=lambda p: p.runtime_class)
         },
+        handlers={p.runtime_class: p.handler for p in evicting if p.handler is not None},
     )
 
 
@@ -93,6 +104,13 @@ class Turn:
     order: DrainOrder | None
     progress: Mapping[str, DrainProgress]
     now: datetime
+
+    def blamed(self, node: str) -> frozenset[str]:
+        """The handlers whose pods hold up ``node``'s drain (none known: empty)."""
+        seen = self.progress.get(node)
+        if self.order is None or seen is None:
+            return frozenset()
+        return frozenset(self.order.handlers[c] for c in seen.blocking if c in self.order.handlers)
 
     def settle(
         self,
@@ -122,7 +140,7 @@ class Turn:
         seconds = int(self.order.timeout.total_seconds()) if self.order else 0
         return NodeFailure(
             node=node,
-            reason="DrainTimeout",
+            reason=DRAIN_TIMEOUT,
             message=f"not drained within {seconds} s: {why}"[:1024],
         )
 
@@ -202,6 +220,11 @@ def pods_to_evict(pods: Iterable[Mapping[str, Any]], order: DrainOrder) -> list[
 def pod_name(pod: Mapping[str, Any]) -> str:
     metadata = pod.get("metadata") or {}
     return f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
+
+
+def blocking(pods: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The RuntimeClasses of the pods still on a node, sorted (what its drain waits on)."""
+    return tuple(sorted({str((p.get("spec") or {}).get("runtimeClassName")) for p in pods}))
 
 
 def waiting_for(left: list[str], refusals: list[str]) -> str:

@@ -34,6 +34,7 @@ class ReconcileSettings:
     max_unavailable: int | str = "10%"  # the default of profiles that do not set it
     rollout_timeout: timedelta = timedelta(seconds=900)
     drain: Drain = "None"  # the default of profiles that do not set spec.rollout.drain
+    allow_evict: bool = True  # the operator's --allow-evict: it may list and evict pods
     plan_warn_bytes: int = CONFIGMAP_LIMIT // 2
     plan_max_bytes: int = CONFIGMAP_LIMIT * 9 // 10
 

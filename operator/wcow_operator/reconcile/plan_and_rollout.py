@@ -182,12 +182,12 @@ def _decide_rollout(
         resume_key=";".join(resume),
         now=this.now,
         timeout=settings.rollout_timeout,
-        drain=lambda changed: _drain_order(live, changed, settings.drain),
+        drain=lambda changed: _drain_order(live, changed, settings.drain, held),
         drains=observed.drains,
         held=held,
         carry=carry,
     )
-    order = _drain_order(live, progress.changed, settings.drain)
+    order = _drain_order(live, progress.changed, settings.drain, held)
     return rollout, progress, _drain_work(rollout, observed, fitted.view, order)
 
 
@@ -211,20 +211,28 @@ def rollout_writes(rollout: Rollout, observed: Observed, namespace: str) -> list
 
 
 def _drain_order(
-    live: tuple[ProfileState, ...], changed: frozenset[str], default: Drain
+    live: tuple[ProfileState, ...],
+    changed: frozenset[str],
+    default: Drain,
+    held: Mapping[str, Hold],
 ) -> DrainOrder:
     """How nodes are drained for a change of these handlers: each changed profile's
     spec.rollout (the operator's --drain where it says nothing, and for the handlers of
-    deleted profiles); see ``reconcile.drain``."""
+    deleted profiles); see ``reconcile.drain``. A held-back profile's pods are not evicted
+    while its change is taken back (at most cordoned): a pod that held up the drain would
+    hold up the way back too."""
     return drain_order(
         (
             ProfileDrain(
                 runtime_class=state.name,  # the RuntimeClass is named after its profile
-                mode=state.model.spec.rollout.drain if state.model else None,
+                mode=_held_drain(state.model.spec.rollout.drain, default)
+                if state.model and state.name in held
+                else (state.model.spec.rollout.drain if state.model else None),
                 timeout_seconds=state.model.spec.rollout.drain_timeout_seconds
                 if state.model
                 else None,
                 selector=state.model.spec.rollout.evict_pod_selector if state.model else None,
+                handler=state.claimed_handler,
             )
             for state in live
             if state.claimed_handler in changed
@@ -232,6 +240,10 @@ def _drain_order(
         default,
         unclaimed=bool(changed - {state.claimed_handler for state in live}),
     )
+
+
+def _held_drain(mode: Drain | None, default: Drain) -> Drain:
+    return "Cordon" if (mode or default) == "Evict" else (mode or default)
 
 
 def _drain_work(

@@ -136,6 +136,7 @@ def parse_inputs(observed: ObservedProfile, settings: ReconcileSettings) -> Any:
     metadata = observed.metadata
     return (
         settings.require_node_gating,
+        settings.allow_evict,
         {k: v for k, v in observed.body.items() if k not in ("status", "metadata")},
         {k: metadata.get(k) for k in ("name", "generation", "uid", "labels", "annotations")},
     )
@@ -152,6 +153,13 @@ def parse(observed: ObservedProfile, settings: ReconcileSettings) -> Parsed:
         return None, (
             "spec.scheduling.requireReadyLabel: must be true: this cluster's operator runs "
             "with --require-node-gating (got False)",
+        )
+    if not settings.allow_evict and model.spec.rollout.drain == "Evict":
+        return None, (
+            "spec.rollout.drain: this cluster's operator may not evict pods (it runs without "
+            "--allow-evict, chart value operator.allowEvict, so its token cannot list pods): "
+            "use Cordon or None, or ask the cluster's administrator to allow eviction "
+            "(got 'Evict')",
         )
     return model, ()
 

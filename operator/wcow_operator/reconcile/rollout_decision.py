@@ -23,6 +23,7 @@ from wcow_contract.v1alpha1 import NodeFailure
 from wcow_contract.wire.agent_status import failed_change
 from wcow_contract.wire.rollout import Halt, Hold, Rollout
 from wcow_operator.reconcile import drain as draining_
+from wcow_operator.reconcile.drain import DRAIN_TIMEOUT
 
 NodeState = Literal["done", "applying", "failed", "waiting"]
 MAX_LISTED = 5
@@ -169,14 +170,18 @@ def _culprits(
     plan: Mapping[str, Any],
     changed: frozenset[str],
     failures: list[NodeFailure],
+    drain_blame: Callable[[str], frozenset[str]] = lambda node: frozenset(),
 ) -> tuple[dict[str, tuple[NodeFailure, ...]], tuple[NodeFailure, ...]]:
-    """The failures by the handler that failed (a node reports it Failed for this plan),
-    and those of no handler (no result in time, a drain that timed out)."""
+    """The failures by the handler that failed (a node reports it Failed for this plan, or
+    its pods held up the node's drain), and those of no handler (no result in time, a drain
+    that timed out with no pod of a changed class to blame)."""
     by_handler: dict[str, list[NodeFailure]] = {}
     unattributed: list[NodeFailure] = []
     for failure in failures:
         report = reports.get(failure.node)
         found = _handler_failures(failure.node, report, changed, plan) if report else {}
+        if failure.reason == DRAIN_TIMEOUT:
+            found = dict.fromkeys(sorted(drain_blame(failure.node) & changed), failure)
         if failure.reason in ("RolloutTimeout",) or not found:
             unattributed.append(failure)
             continue
@@ -243,8 +248,8 @@ def decide(
         draining=dict(sorted(draining.items())) if halted is None else {},  # halted: let go
         held=dict(sorted(held.items())),
     )
-    progress = _progress(rollout, states, failures, reports, plan, halted_now=halted_now)
-    return rollout, progress
+    halt = (halted_now, turn.blamed)
+    return rollout, _progress(rollout, states, failures, reports, plan, halt=halt)
 
 
 def _progress(
@@ -254,10 +259,15 @@ def _progress(
     reports: Mapping[str, NodeReport],
     plan: Mapping[str, Any],
     *,
-    halted_now: bool,
+    halt: tuple[bool, Callable[[str], frozenset[str]]],
 ) -> Progress:
+    """Where the rollout stands; ``halt``: (halted by this pass's failures, the handlers
+    whose pods held up each node's drain)."""
+    halted_now, drain_blame = halt
     changed = frozenset(rollout.changed_handlers)
-    culprits, unattributed = _culprits(reports, plan, changed, failures) if halted_now else ({}, ())
+    culprits, unattributed = (
+        _culprits(reports, plan, changed, failures, drain_blame) if halted_now else ({}, ())
+    )
     counts = {s: sum(1 for v in states.values() if v == s) for s in ("done", "failed")}
     return Progress(
         plan_hash=rollout.plan_hash,

@@ -1,13 +1,13 @@
-"""Reading an image reference from its registry: the OCI distribution API over urllib3.
+"""Reading an image reference from its registry: the OCI distribution API.
 
 The registry is an untrusted input (docs/security.md): every answer is bounded in size
 (``MAX_MANIFEST_BYTES``, as containerd bounds manifests), in time (one deadline for the
-whole lookup, token and config blob included; each socket read is bounded by what is left),
-in entries (``MAX_ENTRIES``), and checked against its digest; anything else is a
-``LookupFailure`` with a sentence, never an exception. HTTPS with the system's CAs (or
-``ca_file``); plain HTTP only for the hosts given as insecure. Credentials (from a
-dockerconfigjson Secret) are sent only to the registry they are for, and to its token
-service over HTTPS.
+whole lookup, token and config blob included, which ends whatever the peer does:
+``transport``), in entries (``MAX_ENTRIES``) and depth, and checked against its digest;
+anything else is a ``LookupFailure`` with a sentence, never an exception. Which hosts may be
+read, over what and at which addresses is the ``policy``'s; credentials are used only for
+the namespaces and repositories their scope names (``credentials``), and sent only to the
+registry they are for and to the token service its own 401 names, over HTTPS.
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
-from urllib.parse import urlencode
-
-import urllib3
+from urllib.parse import urlencode, urlsplit
 
 from wcow_contract.text import shown
+from wcow_operator.registry.credentials import DOCKER_HUB, Credential
 from wcow_operator.registry.facts import (
     Entry,
     Facts,
@@ -33,6 +32,13 @@ from wcow_operator.registry.facts import (
     Platform,
     repository_of,
 )
+from wcow_operator.registry.policy import (
+    HostPort,
+    PolicyRefusal,
+    RegistryPolicy,
+    parse_hostport,
+)
+from wcow_operator.registry.transport import Answer, Failed, Resolve, Transport
 
 # containerd's resolver rejects a manifest above MaxManifestSize = 4 * 1048 * 1048 bytes
 # (sic: 4,393,216) when it resolves a reference (remotes/docker/resolver.go, v1.7.35; v2.0.14,
@@ -43,11 +49,6 @@ from wcow_operator.registry.facts import (
 MAX_MANIFEST_BYTES: Final = 4 * 1048 * 1048
 MAX_ENTRIES: Final = 256  # index entries read (Windows indexes have a handful)
 MAX_TOKEN_BYTES: Final = 64 << 10
-CHUNK: Final = 64 << 10
-# Registries send blob reads to storage (a CDN, S3) by redirect: follow up to three; never
-# retry (the deadline is the pod's); Authorization is dropped when the host changes (urllib3's
-# remove_headers_on_redirect default: Authorization, Cookie, Proxy-Authorization).
-REDIRECTS: Final = urllib3.Retry(total=3, connect=0, read=0, other=0, status=0, redirect=3)
 INDEX_TYPES: Final = (
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -57,19 +58,13 @@ MANIFEST_TYPES: Final = (
     "application/vnd.docker.distribution.manifest.v2+json",
 )
 ACCEPT: Final = ", ".join(INDEX_TYPES + MANIFEST_TYPES)
-DOCKER_HUB: Final = "registry-1.docker.io"
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _NAME = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _CHALLENGE = re.compile(r'([a-z]+)="([^"]*)"')
-
-
-class Failed(Exception):  # noqa: N818 - turned into a LookupFailure by lookup()
-    def __init__(self, cause: str, message: str) -> None:
-        super().__init__(message)
-        self.cause = cause
-        self.message = message
+# RFC 6750 b64token: a token with anything else (CR, LF, spaces) is not sent anywhere.
+_TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]{1,8192}")
 
 
 @dataclass(frozen=True)
@@ -86,6 +81,10 @@ class Reference:
     @property
     def target(self) -> str:
         return self.digest or self.tag or "latest"
+
+    @property
+    def where(self) -> HostPort:
+        return parse_hostport(self.host)
 
 
 def parse_reference(text: str) -> Reference:
@@ -106,105 +105,50 @@ def parse_reference(text: str) -> Reference:
         path = path if "/" in path else f"library/{path}"
     if not _NAME.fullmatch(path):
         raise Failed("Malformed", f"{shown(repository)} is not a valid repository name")
-    return Reference(host, path, tag, digest or None, repository)
-
-
-def credentials_from_dockerconfig(document: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
-    """(user, password) by registry host from a ``.dockerconfigjson`` document; entries of
-    other shapes are skipped (the Secret's author is told by the operator's log, not here)."""
-    found: dict[str, tuple[str, str]] = {}
-    auths = document.get("auths")
-    for key, entry in (auths if isinstance(auths, dict) else {}).items():
-        if not isinstance(key, str) or not isinstance(entry, dict):
-            continue
-        host = re.sub(r"^https?://", "", key).split("/", 1)[0]
-        host = DOCKER_HUB if host in ("docker.io", "index.docker.io") else host
-        user, password = entry.get("username"), entry.get("password")
-        if isinstance(entry.get("auth"), str):
-            try:
-                user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
-            except (ValueError, UnicodeDecodeError):
-                continue
-        if isinstance(user, str) and isinstance(password, str):
-            found[host] = (user, password)
-    return found
+    try:
+        where = parse_hostport(host)
+    except PolicyRefusal as refusal:
+        raise Failed(refusal.cause, refusal.message) from None
+    return Reference(where.text(), path, tag, digest or None, repository)
 
 
 @dataclass
 class RegistryClient:
-    """One client for all registries (a small connection pool per host)."""
+    """One client for all registries: each lookup under one deadline, on connections of
+    its own (``transport``)."""
 
     insecure: frozenset[str] = frozenset()  # HOST:PORT read over plain HTTP
-    credentials: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    credentials: Mapping[str, Credential] = field(default_factory=dict)
     ca_file: str | None = None
     max_manifest_bytes: int = MAX_MANIFEST_BYTES
+    allowed: tuple[str, ...] = ()  # host[:port] globs the checks may read (empty: public ones)
+    resolve: Resolve | None = None  # name resolution (tests): absolute names by default
 
-    def __post_init__(self) -> None:
-        self._pool = urllib3.PoolManager(
-            num_pools=32, maxsize=4, retries=False, ca_certs=self.ca_file
-        )
+    @property
+    def transport(self) -> Transport:
+        return Transport(RegistryPolicy(self.allowed, self.insecure), self.ca_file, self.resolve)
 
-    def lookup(self, text: str, timeout: float) -> Facts:
-        """The facts of reference ``text``, or why there are none, within ``timeout`` s."""
+    def credential(self, text: str, namespace: str | None) -> Credential | None:
+        """The credential a pod of ``namespace`` may read reference ``text`` with."""
+        try:
+            reference = parse_reference(text)
+        except Failed:
+            return None
+        found = self.credentials.get(reference.host)
+        return found if found is not None and found.allows(namespace, reference.path) else None
+
+    def lookup(self, text: str, timeout: float, namespace: str | None = None) -> Facts:
+        """The facts of reference ``text``, or why there are none, within ``timeout`` s, with
+        the credentials a pod of ``namespace`` may use (None: anonymous)."""
         deadline = time.monotonic() + timeout
         try:
             reference = parse_reference(text)
-            return _Lookup(self, reference, deadline).facts()
-        except Failed as failure:
+            credential = self.credential(text, namespace)
+            return _Lookup(self.transport, reference, deadline, credential, self).facts()
+        except (Failed, PolicyRefusal) as failure:
             return LookupFailure(failure.cause, failure.message)
-
-    def scheme(self, host: str) -> str:
-        return "http" if host in self.insecure else "https"
-
-    def get(
-        self, url: str, headers: Mapping[str, str], deadline: float, limit: int
-    ) -> tuple[int, Mapping[str, str], bytes]:
-        """One GET within the deadline: status, headers, at most ``limit`` bytes of body."""
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise Failed("Timeout", "no answer within the lookup's deadline")
-        try:
-            response = self._pool.request(
-                "GET", url, headers=dict(headers), preload_content=False, retries=REDIRECTS,
-                timeout=urllib3.Timeout(connect=left, read=left),
-            )  # fmt: skip
-        except urllib3.exceptions.MaxRetryError as error:
-            raise _transport(error.reason or error, url) from None
-        except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise _transport(error, url) from None
-        try:
-            return response.status, response.headers, _read(response, deadline, limit)
-        finally:
-            response.release_conn()
-
-
-def _transport(error: BaseException, url: str) -> Failed:
-    host = urllib3.util.parse_url(url).netloc or "?"
-    refused = isinstance(error, urllib3.exceptions.NewConnectionError)  # a ConnectTimeoutError
-    if not refused and isinstance(error, urllib3.exceptions.TimeoutError | TimeoutError):
-        return Failed("Timeout", f"registry {shown(host)} did not answer in time")
-    if isinstance(error, urllib3.exceptions.SSLError):
-        return Failed("Unreachable", f"TLS with registry {shown(host)} failed: {shown(str(error))}")
-    return Failed("Unreachable", f"registry {shown(host)} cannot be reached: {shown(str(error))}")
-
-
-def _read(response: Any, deadline: float, limit: int) -> bytes:
-    declared = response.headers.get("Content-Length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise Failed("TooLarge", f"the registry announced {declared} bytes, above {limit}")
-    body = bytearray()
-    read = response.read1  # what has arrived, at once: the deadline is checked between reads
-    try:
-        while chunk := read(CHUNK):
-            body += chunk
-            if len(body) > limit:
-                raise Failed("TooLarge", f"the registry sent more than {limit} bytes")
-            if time.monotonic() > deadline:
-                raise Failed("Timeout", "the registry's answer did not arrive in time")
-    except (urllib3.exceptions.HTTPError, OSError) as error:
-        raise Failed("Timeout" if "timed out" in str(error) else "Unreachable",
-                     f"the registry's answer broke off: {shown(str(error))}") from None  # fmt: skip
-    return bytes(body)
+        except RecursionError:
+            return LookupFailure("Malformed", "the registry's answer is nested too deep")
 
 
 def _status_failure(status: int, what: str) -> Failed:
@@ -258,8 +202,16 @@ def _entries(document: dict[str, Any], what: str) -> tuple[Entry, ...]:
 class _Lookup:
     """One reference: manifest or index, then the config of a single manifest."""
 
-    def __init__(self, client: RegistryClient, reference: Reference, deadline: float) -> None:
-        self.client, self.reference, self.deadline = client, reference, deadline
+    def __init__(
+        self,
+        transport: Transport,
+        reference: Reference,
+        deadline: float,
+        credential: Credential | None,
+        client: RegistryClient,
+    ) -> None:
+        self.transport, self.reference, self.deadline = transport, reference, deadline
+        self.credential, self.client = credential, client
         self.authorization: str | None = None
 
     def facts(self) -> ImageFacts:
@@ -274,7 +226,7 @@ class _Lookup:
         if media_type in INDEX_TYPES or "manifests" in document:
             return ImageFacts(ref.repository, digest, True, _entries(document, what))
         if media_type not in MANIFEST_TYPES:
-            raise Failed("Malformed", f"{what} is of type {shown(media_type)}, not an image")
+            raise Failed("Malformed", f"{what} is of type {shown(media_type, 80)}, not an image")
         return ImageFacts(ref.repository, digest, False, (Entry(digest, self._config(document)),))
 
     def _config(self, manifest: dict[str, Any]) -> Platform:
@@ -290,49 +242,74 @@ class _Lookup:
         return platform
 
     def _fetch(self, kind: str, target: str, accept: str, what: str) -> tuple[bytes, str]:
-        client, ref = self.client, self.reference
-        url = f"{client.scheme(ref.host)}://{ref.host}/v2/{ref.path}/{kind}/{target}"
-        limit = client.max_manifest_bytes
+        ref = self.reference
+        url = self.transport.target(ref.where, f"/v2/{ref.path}/{kind}/{target}")
+        limit = self.client.max_manifest_bytes
         for attempt in range(2):
-            headers = {"Accept": accept}
-            if self.authorization:
-                headers["Authorization"] = self.authorization
-            status, answer, body = client.get(url, headers, self.deadline, limit)
-            if status == 401 and attempt == 0 and self._authorize(answer):
+            sent = (ref.where, self.authorization) if self.authorization else None
+            answer = self.transport.get(
+                url, {"Accept": accept}, self.deadline, limit, authorization=sent
+            )
+            # Only the registry's own 401 is answered: a host it redirected to gets nothing.
+            own = answer.where == ref.where
+            if answer.status == 401 and attempt == 0 and own and self._authorize(answer):
                 continue
-            if status != 200:
-                raise _status_failure(status, f"{what} of {shown(ref.repository)}:{shown(target)}")
-            return body, str(answer.get("Content-Type", ""))
+            if answer.status != 200:
+                raise _status_failure(
+                    answer.status, f"{what} of {shown(ref.repository, 200)}:{shown(target, 80)}"
+                )
+            return answer.body, str(answer.headers.get("content-type", ""))
         raise _status_failure(401, what)
 
-    def _authorize(self, answer: Mapping[str, str]) -> bool:
-        """Answer a 401's challenge: Basic with the host's credentials, or a Bearer token
-        from the realm (over HTTPS, or HTTP only to an insecure host). False: nothing to try."""
-        challenge = str(answer.get("WWW-Authenticate", ""))
+    def _basic(self) -> str | None:
+        if self.credential is None:
+            return None
+        pair = f"{self.credential.user}:{self.credential.password}".encode()
+        return "Basic " + base64.b64encode(pair).decode()
+
+    def _authorize(self, answer: Answer) -> bool:
+        """Answer the registry's 401: Basic with the credential its scope allows, or a
+        Bearer token from the realm it names (held to the policy like any host; HTTPS, or
+        HTTP only to an insecure host). False: nothing to try."""
+        challenge = str(answer.headers.get("www-authenticate", ""))[:4096]
         scheme, _, params = challenge.partition(" ")
-        basic = self.client.credentials.get(self.reference.host)
-        encoded = "Basic " + base64.b64encode(":".join(basic).encode()).decode() if basic else ""
+        basic = self._basic()
         if scheme.lower() == "basic" and basic:
-            self.authorization = encoded
+            self.authorization = basic
             return True
         if scheme.lower() != "bearer":
             return False
         values = dict(_CHALLENGE.findall(params))
-        realm = urllib3.util.parse_url(values.get("realm", ""))
-        if not (
-            realm.scheme == "https"
-            or (realm.scheme == "http" and realm.netloc in self.client.insecure)
-        ):
-            raise Failed("Unauthorized", f"the token service {shown(str(realm))} is not HTTPS")
-        query = {"service": values.get("service", ""), "scope": values.get("scope", "")}
-        url = str(realm) + "?" + urlencode({k: v for k, v in query.items() if v})
-        headers = {"Authorization": encoded} if basic else {}
-        status, _, body = self.client.get(url, headers, self.deadline, MAX_TOKEN_BYTES)
-        if status != 200:
-            raise _status_failure(status, "a token")
-        document = _json(body, "the token answer")
-        token = document.get("token") or document.get("access_token")
-        if not isinstance(token, str):
-            raise Failed("Unauthorized", "the token service answered without a token")
+        token = self._token(values, basic)
         self.authorization = f"Bearer {token}"
         return True
+
+    def _token(self, values: Mapping[str, str], basic: str | None) -> str:
+        try:
+            realm = urlsplit(values.get("realm", "")[:2048])
+            where = parse_hostport(realm.netloc)
+        except (ValueError, PolicyRefusal):
+            raise Failed(
+                "Unauthorized", "the registry names a token service that is not a URL"
+            ) from None
+        insecure = self.transport.policy.scheme(where) == "http"
+        if not (realm.scheme == "https" or (realm.scheme == "http" and insecure)):
+            raise Failed(
+                "Unauthorized", f"the token service {shown(where.text(), 80)} is not HTTPS"
+            )
+        query = {"service": values.get("service", ""), "scope": values.get("scope", "")}
+        path = (realm.path or "/") + "?" + urlencode({k: v for k, v in query.items() if v})
+        url = self.transport.target(where, path)
+        if realm.scheme != url.scheme:
+            raise Failed(
+                "Unauthorized", f"the token service {shown(where.text(), 80)} is not HTTPS"
+            )
+        sent = (where, basic) if basic else None
+        answer = self.transport.get(url, {}, self.deadline, MAX_TOKEN_BYTES, authorization=sent)
+        if answer.status != 200:
+            raise _status_failure(answer.status, "a token")
+        document = _json(answer.body, "the token answer")
+        token = document.get("token") or document.get("access_token")
+        if not isinstance(token, str) or not _TOKEN.fullmatch(token):
+            raise Failed("Unauthorized", "the token service answered without a usable token")
+        return token

@@ -2,8 +2,9 @@
 
 The mutating webhook sees pod CREATE (it sizes the VM); the validating one sees CREATE and
 UPDATE: the kubelet reads the VM annotations whenever it creates the pod's sandbox, so they
-must not change after admission (webhook.decide.admit_update). Both rules match only
-the pods resource (no subresource: status updates never reach the webhook). A chart guard
+must not change after admission (webhook.decide.admit_update). Both rules match the pods
+resource, and the validating one also pods/ephemeralcontainers (no other subresource: status
+updates never reach the webhook). A chart guard
 (ValidatingAdmissionPolicy) pins exactly these rules, so change them together.
 
 Safety first: the API server calls the webhook only for pods whose runtimeClassName is one of
@@ -38,6 +39,9 @@ MUTATE_ID: Final = "mutate-pods"
 VALIDATE_ID: Final = "validate-pods"
 WEBHOOK_NAME_SUFFIX: Final = "pods.runtime.wcow.dev"
 OPERATIONS: Final = {"mutating": ("CREATE",), "validating": ("CREATE", "UPDATE")}
+# The validating webhook also sees ephemeral containers added to a pod (``kubectl debug``: an
+# UPDATE of pods/ephemeralcontainers), which run in the pod's sandbox like its other containers.
+RESOURCES: Final = {"mutating": ("pods",), "validating": ("pods", "pods/ephemeralcontainers")}
 TIMEOUT_SECONDS: Final = 5
 PEM_END: Final = "-----END CERTIFICATE-----"
 MAX_CAS: Final = 16  # replicas' CAs kept in the bundle (each replica serves with its own)
@@ -121,7 +125,7 @@ def webhook(
             {
                 "apiGroups": [""],
                 "apiVersions": ["v1"],
-                "resources": ["pods"],
+                "resources": list(RESOURCES[kind]),
                 "operations": list(OPERATIONS[kind]),
                 "scope": "Namespaced",
             }

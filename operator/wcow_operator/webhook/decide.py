@@ -42,17 +42,25 @@ from wcow_operator.webhook.sizing import (
 )
 
 
-def _admit_hyperv(pod: dict[str, Any], profile: WindowsRuntimeProfile) -> Admitted:
-    vm = profile.spec.effective_vm()
-    assert vm is not None
+def _no_host_process(pod: Mapping[str, Any], profile: WindowsRuntimeProfile) -> None:
     where = host_process(pod_spec(pod))
     if where is not None:
         raise Refusal(
             HOST_PROCESS_HYPERV,
             f"{where} is true, but RuntimeClass {profile.name!r} runs pods in a Hyper-V utility "
-            "VM, where a HostProcess container (which runs on the host itself) cannot start: "
-            "drop runtimeClassName or use a process-isolated RuntimeClass",
+            "VM, and wcow-runtime does not admit HostProcess containers there: runhcs shims "
+            "before hcsshim v0.15.0-rc.2 cannot start one in a utility VM, and from v0.15.0-rc.2 "
+            "on (the shim of containerd 2.3.3 and later) one runs as SYSTEM inside the utility "
+            "VM, without network, and only where the guest supports it, which is not what a "
+            "HostProcess container means: drop runtimeClassName or use a process-isolated "
+            "RuntimeClass",
         )
+
+
+def _admit_hyperv(pod: dict[str, Any], profile: WindowsRuntimeProfile) -> Admitted:
+    vm = profile.spec.effective_vm()
+    assert vm is not None
+    _no_host_process(pod, profile)
     facts = check_annotations(pod, profile, vm)
     needs = needs_of(pod)
     warnings = check_fits(pod, needs, vm, facts.sizes, profile.name)
@@ -125,6 +133,11 @@ def _check_unchanged(
         )
 
 
+def _ephemeral(pod: Mapping[str, Any]) -> object:
+    spec = pod.get("spec")
+    return spec.get("ephemeralContainers") if isinstance(spec, dict) else None
+
+
 def admit_update(
     old: Mapping[str, Any], new: Mapping[str, Any], profiles: Mapping[str, WindowsRuntimeProfile]
 ) -> Decision:
@@ -135,12 +148,17 @@ def admit_update(
     change to one is refused. While the pod is scheduling-gated, Kubernetes lets its
     nodeSelector and affinity change: a change there is judged as at CREATE. Every other
     update (labels, finalizers, owner references, ...) passes, even for a pod the current
-    profile would refuse, so no pod is ever stuck."""
+    profile would refuse, so no pod is ever stuck. Ephemeral containers added to a Hyper-V
+    pod (``kubectl debug``) run in its utility VM: a HostProcess one is refused as at
+    CREATE, and their images are judged like any image an UPDATE changes."""
     profile = _profile_of(new, profiles)
     if profile is None:
         return Admitted(pod=dict(new))
     try:
         _check_unchanged(old, new, profile)
+        if profile.spec.isolation == "HyperV" and _ephemeral(new) != _ephemeral(old):
+            # kubectl debug adds containers to the pod's sandbox, here its utility VM
+            _no_host_process(new, profile)
     except Refusal as refusal:
         return Refused(reason=refusal.reason, message=refusal.message, profile=profile.name)
     warnings: tuple[AdmissionWarning, ...] = ()

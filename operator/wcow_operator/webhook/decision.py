@@ -30,6 +30,8 @@ INVALID_QUANTITY: Final = "InvalidQuantity"
 MALFORMED_POD: Final = "MalformedPod"
 
 POD_TOO_LARGE: Final = "PodTooLarge"
+# A pod with pod-level spec.resources: never runs on Windows (the kubelet's own reason).
+POD_LEVEL_RESOURCES: Final = "PodLevelResourcesNotSupported"
 
 REASONS: Final = (
     VM_TOO_LARGE,
@@ -43,6 +45,7 @@ REASONS: Final = (
     INVALID_QUANTITY,
     MALFORMED_POD,
     POD_TOO_LARGE,
+    POD_LEVEL_RESOURCES,
 )
 
 # Refusal reasons of the webhook itself, not of the decision.

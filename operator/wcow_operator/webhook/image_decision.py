@@ -60,7 +60,7 @@ def container_images(pod: Mapping[str, Any]) -> list[ContainerImage]:
     found: list[ContainerImage] = []
     if not isinstance(spec, dict):
         return found
-    for field in ("initContainers", "containers"):
+    for field in ("initContainers", "containers", "ephemeralContainers"):
         items = spec.get(field)
         for index, container in enumerate(items if isinstance(items, list) else []):
             if not isinstance(container, dict):
@@ -209,7 +209,7 @@ def _pin(pod: dict[str, Any], pins: Mapping[str, str]) -> list[str]:
     spec = pod["spec"]
     original: dict[str, str] = {}
     changes: list[str] = []
-    for field in ("initContainers", "containers"):
+    for field in ("initContainers", "containers", "ephemeralContainers"):
         for container in spec.get(field) or []:
             name = container.get("name") if isinstance(container, dict) else None
             if isinstance(name, str) and name in pins and name not in original:
@@ -222,7 +222,7 @@ def _pin(pod: dict[str, Any], pins: Mapping[str, str]) -> list[str]:
         annotations = metadata["annotations"] = {}
     try:
         kept = json.loads(annotations.get(ORIGINAL_IMAGES, "{}"))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # a tenant's annotation: any shape
         kept = {}
     if not isinstance(kept, dict):
         kept = {}
@@ -268,7 +268,7 @@ def changed_images(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
 def only_containers(pod: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
     """A shallow copy of ``pod`` with only the named init and app containers."""
     spec = dict(pod.get("spec") or {})
-    for field in ("initContainers", "containers"):
+    for field in ("initContainers", "containers", "ephemeralContainers"):
         items = spec.get(field)
         if isinstance(items, list):
             spec[field] = [c for c in items if isinstance(c, dict) and c.get("name") in names]

@@ -41,6 +41,8 @@ from wcow_operator.webhook.image_decision import IMAGE_UNCHECKED
 from wcow_operator.webhook.metrics import AdmissionMetrics
 from wcow_operator.webhook.serving import WebhookSettings
 
+log = logging.getLogger(__name__)
+INTERNAL_ERROR = "InternalError"
 STOP_SECONDS = 30.0  # kopf's own shutdown: finish the admissions in flight, close the server
 
 
@@ -156,7 +158,9 @@ class _Judge:
     decisions: Decider
     images: ImageAdmission | None = None
 
-    async def mutate(self, body: kopf.Body, patch: kopf.Patch, warnings: list[str]) -> None:
+    async def mutate(
+        self, body: kopf.Body, patch: kopf.Patch, warnings: list[str], dry_run: bool = False
+    ) -> None:
         known = self.known_profiles()
         class_name = (body.get("spec") or {}).get("runtimeClassName")
         if isinstance(class_name, str) and class_name not in known:
@@ -165,8 +169,10 @@ class _Judge:
                 "replica has no earlier valid spec of it: the pod is admitted unchecked "
                 "(kubectl describe wrp shows why the profile is invalid)"
             )
-        decide = self.images.admit if self.images else admit
-        decision = await self.decided(decide, dict(body), known)
+        if self.images is not None:
+            decision = await self.decided(self.images.admit, dict(body), known, dry_run)
+        else:
+            decision = await self.decided(admit, dict(body), known)
         # Only the images' warnings here: the validating webhook does not read images at
         # CREATE, and returns the sizing warnings itself (where the pod is final), so the
         # client sees each warning once.
@@ -177,16 +183,20 @@ class _Judge:
             self.metrics.mutated.inc()
             patch.fns.append(_replace_with(decision.pod))
 
-    async def validate(self, body: kopf.Body, old: kopf.Body | None, warnings: list[str]) -> None:
+    async def validate(
+        self, body: kopf.Body, old: kopf.Body | None, warnings: list[str], dry_run: bool = False
+    ) -> None:
         """CREATE (``old`` None): the final pod, after every mutating webhook: refused if it
         would be refused now (e.g. another webhook raised its limits past the bounds after
         ours sized it). UPDATE: what hcsshim reads is fixed at creation
         (webhook.decide.admit_update). The decision's warnings are returned here, where
         the pod is final, so the client sees each once."""
         known = self.known_profiles()
-        if old is not None:
-            judged = self.images.admit_update if self.images else admit_update
-            decision = await self.decided(judged, dict(old), dict(body), known)
+        if old is not None and self.images is not None:
+            judged = self.images.admit_update
+            decision = await self.decided(judged, dict(old), dict(body), known, dry_run)
+        elif old is not None:
+            decision = await self.decided(admit_update, dict(old), dict(body), known)
         else:
             decision = await self.decided(admit, dict(body), known)
         self._tell(warnings, decision.warnings)
@@ -208,7 +218,16 @@ class _Judge:
         return self.profiles()
 
     async def decided(self, fn: Callable[..., Decision], *args: Any) -> Admitted:
-        decision = await self.decisions.decide(fn, *args)
+        try:
+            decision = await self.decisions.decide(fn, *args)
+        except Exception:  # a bug must not answer with a traceback, nor admit unchecked
+            log.exception("the admission decision failed unexpectedly")
+            self.metrics.refused.labels(reason=INTERNAL_ERROR).inc()
+            raise kopf.AdmissionError(
+                f"{INTERNAL_ERROR}: the webhook could not decide on this pod; it is refused "
+                "rather than admitted unchecked (the operator's log says why)",
+                code=500,
+            ) from None
         if decision is None:
             self.metrics.refused.labels(reason=TIMED_OUT).inc()
             raise kopf.AdmissionError(
@@ -245,19 +264,27 @@ def register(
 
     @kopf.on.mutate("", "v1", "pods", id=MUTATE_ID, operations=["CREATE"], registry=registry)
     async def mutate(
-        body: kopf.Body, patch: kopf.Patch, warnings: list[str] | None = None, **_: Any
+        body: kopf.Body,
+        patch: kopf.Patch,
+        warnings: list[str] | None = None,
+        dryrun: bool = False,
+        **_: Any,
     ) -> None:
-        await judge.mutate(body, patch, warnings if warnings is not None else [])
+        await judge.mutate(body, patch, warnings if warnings is not None else [], dryrun)
 
+    # subresource "*": the pod itself and pods/ephemeralcontainers (the only subresource the
+    # webhook's rules send), whose object is the whole pod with its new ephemeral containers.
     @kopf.on.validate(
-        "", "v1", "pods", id=VALIDATE_ID, operations=["CREATE", "UPDATE"], registry=registry
-    )
+        "", "v1", "pods", id=VALIDATE_ID, operations=["CREATE", "UPDATE"], subresource="*",
+        registry=registry,
+    )  # fmt: skip
     async def validate(
         body: kopf.Body,
         old: kopf.Body | None = None,
         operation: str | None = None,
         warnings: list[str] | None = None,
+        dryrun: bool = False,
         **_: Any,
     ) -> None:
         previous = old if operation == "UPDATE" else None
-        await judge.validate(body, previous, warnings if warnings is not None else [])
+        await judge.validate(body, previous, warnings if warnings is not None else [], dryrun)

@@ -5,7 +5,12 @@ FromPodLimits``:
 - the pod's total as Kubernetes counts it (component-helpers ``AggregateContainerRequests``):
   app containers and sidecars (init containers with restartPolicy Always) are summed; each
   other init container runs alone beside the sidecars started before it; the pod needs the
-  larger of the two. Pod-level resources (``spec.resources``), when set, replace the sum;
+  larger of the two. Pod-level resources (``spec.resources``) are refused
+  (``POD_LEVEL_RESOURCES``): the API server forbids them for a pod whose spec.os.name is
+  windows ("may not be set for a windows pod", k8s.io/kubernetes v1.35.4
+  pkg/apis/core/validation/validation.go) and the Windows kubelet rejects a pod that sets
+  them (``PodLevelResourcesNotSupported``, pkg/kubelet/lifecycle/features_windows.go), so such
+  a pod never runs;
 - processors: the total CPU rounded up to whole processors;
 - memory: the total in MiB rounded up, plus the utility VM's own baseline (the memory the
   Baseline overhead policy charges for a VM), rounded up to even MB as hcsshim does;
@@ -38,6 +43,7 @@ from wcow_contract.quantity import NANO, QuantityError, parse_quantity
 from wcow_contract.v1alpha1 import BASELINE_OVERHEAD, VMSpec
 from wcow_operator.webhook.decision import (
     INVALID_QUANTITY,
+    POD_LEVEL_RESOURCES,
     VM_TOO_LARGE,
     VM_TOO_SMALL,
     AdmissionWarning,
@@ -67,7 +73,6 @@ class PodNeeds:
 
     cpu_nanos: int
     memory_nanos: int
-    source: str  # "containers" or "pod-level resources", for messages
 
     @property
     def processors(self) -> int:
@@ -126,17 +131,17 @@ def _pod_total(containers: Mapping[str, list[dict[str, Any]]], resource: Resourc
 def needs_of(pod: Mapping[str, Any]) -> PodNeeds:
     spec = pod_spec(pod)
     containers = all_containers(spec)
-    values: dict[ResourceName, int] = {}
-    pod_level = False
-    for resource in RESOURCES:
-        kinds = ("limits", "requests")
-        if any(_resources(spec, kind, "spec").get(resource) is not None for kind in kinds):
-            values[resource] = _counted(spec, resource, "spec")
-            pod_level = True
-        else:
-            values[resource] = _pod_total(containers, resource)
-    source = "pod-level resources" if pod_level else "containers"
-    return PodNeeds(cpu_nanos=values["cpu"], memory_nanos=values["memory"], source=source)
+    for kind in ("limits", "requests"):
+        if _resources(spec, kind, "spec"):
+            raise Refusal(
+                POD_LEVEL_RESOURCES,
+                f"spec.resources.{kind} is set, but a Windows pod cannot have pod-level "
+                "resources: the API server refuses them for pods with spec.os.name windows, "
+                "and the Windows kubelet rejects the pod (PodLevelResourcesNotSupported), so "
+                "it would never run: set the limits on its containers instead",
+            )
+    values = {resource: _pod_total(containers, resource) for resource in RESOURCES}
+    return PodNeeds(cpu_nanos=values["cpu"], memory_nanos=values["memory"])
 
 
 def pod_needs(pod: Mapping[str, Any]) -> PodNeeds:
@@ -175,7 +180,7 @@ def check_not_too_large(
     if ANNOTATION_PROCESSOR_COUNT not in own and size.processors > vm.max_processor_count:
         raise Refusal(
             VM_TOO_LARGE,
-            f"the pod's CPU limits ({needs.source}; requests where no limit) total "
+            f"the pod's CPU limits (containers; requests where no limit) total "
             f"{needs.cpu_nanos / NANO:g} cores, a utility VM of {size.processors} processors, "
             f"above spec.vm.maxProcessorCount {vm.max_processor_count} of WindowsRuntimeProfile "
             f"{profile_name!r}: lower the CPU limits to at most {vm.max_processor_count}",
@@ -183,7 +188,7 @@ def check_not_too_large(
     if ANNOTATION_MEMORY_MB not in own and size.memory_mb > vm.max_memory_mb:
         raise Refusal(
             VM_TOO_LARGE,
-            f"the pod's memory limits ({needs.source}; requests where no limit) total "
+            f"the pod's memory limits (containers; requests where no limit) total "
             f"{needs.memory_mib} MiB, a utility VM of {size.memory_mb} MB with the "
             f"VM's own {BASELINE_MEMORY_MB} MB, above spec.vm.maxMemoryMB {vm.max_memory_mb} of "
             f"WindowsRuntimeProfile {profile_name!r}: lower the memory limits to at most "
@@ -216,8 +221,6 @@ def _given(vm: VMSpec, own: Mapping[str, int], key: str) -> _Given | None:
 
 def _contributions(pod: Mapping[str, Any], needs: PodNeeds, resource: ResourceName) -> str:
     """Which containers the need comes from, for messages: ``app 2Gi, log 512Mi``."""
-    if needs.source == "pod-level resources":
-        return "spec.resources"
     spec = pod_spec(pod)
     found = []
     for field in ("initContainers", "containers"):
@@ -280,16 +283,12 @@ def set_memory_requests(pod: dict[str, Any], needs: PodNeeds) -> list[str]:
     after mutating admission). The pod was walked already: every shape here is valid, and
     every limit a quantity; a request beside a limit is read only here."""
     spec = pod_spec(pod)
-    holders: list[tuple[str, dict[str, Any]]]
-    if needs.source == "pod-level resources":
-        holders = [("spec", spec)]
-    else:
-        containers = all_containers(spec)
-        holders = [
-            (f"spec.{field}[{container_name(c, i)}]", c)
-            for field in ("initContainers", "containers")
-            for i, c in enumerate(containers[field])
-        ]
+    containers = all_containers(spec)
+    holders = [
+        (f"spec.{field}[{container_name(c, i)}]", c)
+        for field in ("initContainers", "containers")
+        for i, c in enumerate(containers[field])
+    ]
     changes = []
     for where, holder in holders:
         limit = _resources(holder, "limits", where).get("memory")
