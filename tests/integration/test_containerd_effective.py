@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import ROOT, profile_document
 from tests.containerd_lines import LINES, effective_config, needs_go
-from wcow_agent.images import with_pause_image
+from wcow_agent.config.sandbox_image import with_pause_image
 from wcow_contract.errors import parse_profile
 from wcow_contract.wire.runtime_table import runtime_table
 from wcow_operator.render.containerd import render_containerd_toml
