@@ -175,8 +175,9 @@ def test_the_operator_writes_its_webhook_configurations_as_it_renders_them(
     install: Install,  # noqa: F811 - the fixture imported above
     operator: client.ApiClient,
 ) -> None:
-    """Created, then updated (new classes; the validating webhook also for pod UPDATE), with
-    the operator's token; an update that switches enforcement off is still refused."""
+    """Created, then updated with new classes, as rendered (the validating webhook also for pod
+    UPDATE and pods/ephemeralcontainers), with the operator's token; an update that switches
+    enforcement off is still refused."""
     rendered = _webhooks(install)
     own = client.AdmissionregistrationV1Api(operator)
     with _configurations_removed(install.admin):
@@ -191,23 +192,18 @@ def test_the_operator_writes_its_webhook_configurations_as_it_renders_them(
         for kind in ("mutating", "validating"):
             getattr(own, f"create_{kind}_webhook_configuration")(rendered(kind))
         classes = (f"{install.release}-a", f"{install.release}-b.c")
-        on_update = [
-            {
-                "apiGroups": [""],
-                "apiVersions": ["v1"],
-                "resources": ["pods"],
-                "operations": ["CREATE", "UPDATE"],
-                "scope": "Namespaced",
-            }
-        ]
-        for kind, changes in (("mutating", {}), ("validating", {"rules": on_update})):
+        for kind in ("mutating", "validating"):
             read = getattr(own, f"read_{kind}_webhook_configuration")
             replace = getattr(own, f"replace_{kind}_webhook_configuration")
             current = read(WEBHOOK_CONFIGURATION)
-            body = rendered(kind, classes, **changes)
+            body = rendered(kind, classes)
             body["metadata"]["resourceVersion"] = current.metadata.resource_version
             stored = replace(WEBHOOK_CONFIGURATION, body)
             assert '"' + classes[1] + '"' in stored.webhooks[0].match_conditions[0].expression
+            assert (
+                stored.webhooks[0].rules[0].resources
+                == body["webhooks"][0]["rules"][0]["resources"]
+            )
             off = copy.deepcopy(body)
             off["metadata"]["resourceVersion"] = stored.metadata.resource_version
             off["webhooks"][0]["namespaceSelector"] = {}
