@@ -70,7 +70,7 @@ def test_profiles_folder_and_usage_errors(tmp_path: Path) -> None:
 def test_malformed_and_hostile_pods_are_refusals_not_tracebacks(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 17 point 8: each of these raised in `wcow admit` (AttributeError, TypeError,
+    """Each of these raised in `wcow admit` (AttributeError, TypeError,
     OverflowError, ValueError) or took seconds; each is now one line on stderr."""
     documents = [
         {"apiVersion": "v1", "kind": "Pod", "metadata": "p", "spec": pod("sized")["spec"]},

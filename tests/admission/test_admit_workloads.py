@@ -1,4 +1,4 @@
-"""`wcow admit` over workloads (issue 19 item 6): the pod template of each kind is judged as
+"""`wcow admit` over workloads: the pod template of each kind is judged as
 the pods it will make; the output names the workload and the container; templates are never
 changed."""
 

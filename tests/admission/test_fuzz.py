@@ -1,4 +1,4 @@
-"""Fuzzing admit() and admit_update() with arbitrary pod JSON (issue 17): never an exception,
+"""Fuzzing admit() and admit_update() with arbitrary pod JSON: never an exception,
 never more than 50 ms per pod of 100 containers, never a VM above the profile's bounds.
 
 The time is the deciding thread's CPU time (``time.thread_time``) of admit() alone, so the

@@ -1,4 +1,4 @@
-"""A hostile tenant's pods (issue 17, points 1, 3 and 8): quantities with huge exponents,
+"""A hostile tenant's pods: quantities with huge exponents,
 shapes the API server never sends, VM annotations beyond the profile, text meant to flood or
 forge log lines. Every one is a refusal with a reason, never an exception."""
 
@@ -257,7 +257,7 @@ def test_harmless_annotations_pass_with_well_formed_values() -> None:
 
 
 def test_host_process_by_annotation_is_refused_on_every_class() -> None:
-    """containerd overwrites microsoft.com/hostprocess-container after copying pod
+    """Containerd overwrites microsoft.com/hostprocess-container after copying pod
     annotations, but inherit-user would run a HostProcess container as SYSTEM: both refused
     where the allow-list lets microsoft.com/* through, on process-isolated classes too."""
     loose = {"pod": ["microsoft.com/*", hcs.VM + "*"]}

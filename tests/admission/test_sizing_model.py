@@ -1,4 +1,4 @@
-"""spec.vm.sizing, maxProcessorCount, maxMemoryMB (issue 11): the model, the CRD's CEL
+"""Spec.vm.sizing, maxProcessorCount, maxMemoryMB: the model, the CRD's CEL
 rules (judged by cel-python, as the API server would) and the rendered allow-list."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pod UPDATE (issue 17, point 2): what hcsshim reads is fixed once the pod exists; the
+"""Pod UPDATE: what hcsshim reads is fixed once the pod exists; the
 webhook configurations cover UPDATE in the validating webhook only; decisions run off the
 event loop with a deadline."""
 
@@ -200,7 +200,7 @@ def test_an_ephemeral_host_process_container_in_a_hyperv_pod_is_refused() -> Non
 
 
 def test_the_validating_handler_is_called_for_ephemeral_containers_too() -> None:
-    """kopf routes a request with a subresource only to handlers registered for it."""
+    """Kopf routes a request with a subresource only to handlers registered for it."""
     registry = kopf.OperatorRegistry()
     register(registry, lambda: SIZED, AdmissionMetrics(CollectorRegistry()), decider=Decider())
     found = {h.id: h.subresource for h in registry._webhooks.get_all_handlers()}

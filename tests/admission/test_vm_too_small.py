@@ -1,4 +1,4 @@
-"""VMTooSmall (issue 19 item 5): a pod whose limits need a larger VM than it gets is refused,
+"""VMTooSmall: a pod whose limits need a larger VM than it gets is refused,
 or admitted with a warning under spec.vm.oversizedPods: Warn; physically backed Fixed VMs
 are charged through the RuntimeClass overhead, not by raising requests."""
 

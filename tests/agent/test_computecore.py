@@ -23,8 +23,9 @@ from wcow_agent.host.computecore import (
 from wcow_agent.host.interfaces import HcsError
 from wcow_agent.simulator.hcs import VmSize
 
-# shared/reference/windows-runtime-facts.md, section 3 ("computecore.dll C API"), as
-# transcribed from Microsoft's HCS Reference/*.md: parameters in order, then the return.
+# The computecore.dll C API as Microsoft's Host Compute System API reference documents it
+# (MicrosoftDocs/Virtualization-Documentation, virtualization/api/hcs/Reference/*.md):
+# parameters in order, then the return.
 REFERENCE = {
     "HcsCreateOperation": (["void*", "HCS_OPERATION_COMPLETION"], "HCS_OPERATION"),
     "HcsCloseOperation": (["HCS_OPERATION"], "void"),

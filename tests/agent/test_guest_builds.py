@@ -1,4 +1,4 @@
-"""Issue 19, item 3: the node's pause image decides which guest builds its Hyper-V pods can
+"""The node's pause image decides which guest builds its Hyper-V pods can
 boot; a handler of another guest build is not ready there; the canary proves the pod path
 (an image pulled through CRI and run under the handler)."""
 

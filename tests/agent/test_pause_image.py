@@ -1,4 +1,4 @@
-"""Issue 19, item 3 (a): ``--pause-image`` sets containerd's pause image key of the file's
+"""``--pause-image`` sets containerd's pause image key of the file's
 schema through the same transaction as a plan change, keeps what it replaced and puts it back
 when the flag is dropped or on uninstall."""
 
@@ -20,7 +20,7 @@ from wcow_agent.config.state import load_state
 from wcow_agent.cycle.rollout_gate import Pace
 
 PAUSE_2019 = "mcr.microsoft.com/oss/kubernetes/pause:3.9-windows-ltsc2019-amd64"
-V3 = """version = 3
+V3 = """Version = 3
 
 [plugins."io.containerd.cri.v1.images"]
   snapshotter = "windows"

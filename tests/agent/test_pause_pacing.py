@@ -1,4 +1,4 @@
-"""Issue 19 item 3, follow-up: a pause image change alone is paced by the agent's readiness.
+"""A pause image change alone is paced by the agent's readiness.
 
 The DaemonSet's rolling update moves to the next node only once the new agent pod is ready,
 so /readyz stays false on a node until the pause image change the agent made there is proven

@@ -1,4 +1,4 @@
-"""A forged plan cannot make a node run anything a valid profile could not (issue 17, point 5).
+"""A forged plan cannot make a node run anything a valid profile could not.
 
 The plan's hash is unkeyed: whoever can write the plan ConfigMap (or hand ``merge`` a file)
 re-hashes a forged plan. Each forgery below is re-hashed as an attacker would; the agent
@@ -86,7 +86,7 @@ def canary_image(value: str) -> Callable[[Entry], None]:
 
 # (id, the forgery, the field the refusal names after "handlers.hv.", text it must show)
 FORGERIES: list[tuple[str, Callable[[Entry], None], str, str]] = [
-    # Runtime keys containerd reads and the operator never renders (issue 17's list).
+    # Runtime keys containerd reads and the operator never renders.
     *(
         (f"runtime-{key}", runtime_key(key, value), f"runtime.{key}", "never renders")
         for key, value in [

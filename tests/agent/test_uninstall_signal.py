@@ -1,4 +1,4 @@
-"""Issue 20, item 2: the running agent uninstalls itself when the plan ConfigMap carries
+"""The running agent uninstalls itself when the plan ConfigMap carries
 ``runtime.wcow.dev/uninstall`` (``wcow-operator uninstall``, the chart's pre-delete hook):
 tables, pause image key, files, then its labels and annotations; then it stays idle."""
 

@@ -1,4 +1,4 @@
-"""Drain before a restart (issue 20 item 1): the pure decisions, with no cluster.
+"""Drain before a restart: the pure decisions, with no cluster.
 
 Who drains, when a node moves from draining to permitted, when a drain times out, which pods
 leave, and which nodes are uncordoned; the end-to-end behaviour on a real API server is in

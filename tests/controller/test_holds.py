@@ -1,4 +1,4 @@
-"""A failing profile holds back only itself (issue 20 item 6), decided by the pure reconcile.
+"""A failing profile holds back only itself, decided by the pure reconcile.
 
 A small in-memory cluster: profiles, the two ConfigMaps as the operator wrote them, and nodes
 that act as agents do on the plan (take it at once when their handlers would not change,
@@ -192,7 +192,7 @@ def two_profiles(nodes: int = 4) -> Cluster:
 
 
 def a_fails_on_n1() -> Cluster:
-    """a's generation 2 fails its canary on n1 (the second node let in)."""
+    """A's generation 2 fails its canary on n1 (the second node let in)."""
     cluster = two_profiles()
     cluster.failing.add(("n1", "a", 2))
     cluster.change("a", vm={"processorCount": 2, "memoryMB": 4096})
@@ -328,7 +328,7 @@ def test_a_rollout_without_holds_keeps_its_released_shape() -> None:
 
 
 def test_a_change_over_an_unfinished_one_goes_back_to_what_every_node_had() -> None:
-    """a's generation 2 is on some nodes only when generation 3 arrives and fails: the
+    """A's generation 2 is on some nodes only when generation 3 arrives and fails: the
     last entry every node had is generation 1's, and that is what the plan goes back to."""
     cluster = two_profiles()
     cluster.change("a", vm={"processorCount": 2, "memoryMB": 3072})

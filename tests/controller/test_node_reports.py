@@ -1,4 +1,4 @@
-"""A node's report is checked against the node (issue 17, point 7).
+"""A node's report is checked against the node.
 
 A compromised node (or a thief of the agent's token) writes its own agent-status
 annotation and ready labels. The operator recomputes whether the node can run each handler

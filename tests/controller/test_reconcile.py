@@ -248,8 +248,8 @@ def test_a_forged_last_good_entry_is_not_written_again(
     field: str, forged: Callable[[dict[str, Any]], None]
 ) -> None:
     """A profile that turns invalid keeps the plan's entry for it; the operator re-emits that
-    entry only when it is what the renderer makes of its spec, so a forged plan (issue 17,
-    point 5) is not kept alive by the operator's own writes."""
+    entry only when it is what the renderer makes of its spec, so a forged plan is not kept
+    alive by the operator's own writes."""
     state, _ = converge(observed(profile_body("hv", vm={"memoryMB": 2048})))
     plan = json.loads(state.plan_config_map["data"][PLAN_KEY])
     forged(plan["handlers"]["hv"])
@@ -267,7 +267,7 @@ def test_a_forged_last_good_entry_is_not_written_again(
 @pytest.mark.parametrize(
     ("older", "kept"),
     [
-        # As an operator wrote entries before they carried their spec (issue 17).
+        # As an operator wrote entries before they carried their spec.
         (lambda entry: entry.pop("spec"), True),
         # Without a spec, and not of that shape either: nobody's operator wrote it.
         (lambda entry: (entry.pop("spec"), entry.update(runtime="C:\\evil.exe")), False),
@@ -558,7 +558,7 @@ def test_oversized_plan_without_a_previous_plan_fills_up_to_the_limit() -> None:
 
 
 def test_orphaned_runtime_class_survives_profile_deletion() -> None:
-    """kubectl delete wrp --cascade=orphan: the garbage collector drops the owner reference
+    """Kubectl delete wrp --cascade=orphan: the garbage collector drops the owner reference
     first; the RuntimeClass must then stay."""
     state, _ = converge(observed(profile_body("hv")))
     orphan = dict(state.runtime_classes["hv"])
@@ -611,7 +611,7 @@ def test_long_profile_names_are_annotated_not_labelled() -> None:
 
 
 def test_no_eligible_node_says_why_the_nodes_cannot_run_it() -> None:
-    """Issue 20 item 6: instead of a bare "0/0 eligible", the agents' NotEligible reasons,
+    """Instead of a bare "0/0 eligible", the agents' NotEligible reasons,
     grouped by what they say, most nodes first; node text escaped and bounded."""
     too_old = (
         "guest build 10.0.26100 is newer than the host's 10.0.20348; Hyper-V isolation "

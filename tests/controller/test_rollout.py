@@ -143,7 +143,7 @@ def test_a_failure_left_from_the_replaced_plan_does_not_halt_the_new_one() -> No
 def test_a_failure_of_a_handler_the_new_plan_removes_does_not_halt_it() -> None:
     """Renaming a failing handler: the new plan drops ``bad`` and adds ``good``. The nodes
     that tried ``bad`` still report it Failed when they start on the new plan; that is not a
-    failure of the new plan (issue 20 item 5)."""
+    failure of the new plan."""
     bad_plan = plan_document({"bad": {"generation": 2}, "proc": {"v": 1}})
     good_plan = plan_document({"good": {"generation": 3}, "proc": {"v": 1}})
     reports = {f"n{i:02d}": report(OLD["hash"]) for i in range(4)}

@@ -278,7 +278,7 @@ def test_the_policy_binds_with_deny_and_fails_closed() -> None:
     ]
 
 
-# ---- the operator's webhook configurations (issue 17, point 4) ----
+# ---- the operator's webhook configurations ----
 
 WEBHOOK_SERVICE = f"{RELEASE}-operator-webhook"
 KIND_RESOURCES = {
@@ -400,7 +400,7 @@ OWN_SERVICE = {"namespace": NAMESPACE, "name": WEBHOOK_SERVICE, "port": 443, "pa
 # Each way a stolen operator token could widen the webhook (see more pods or other requests,
 # call another server) or weaken it (let wcow pods past the checks): change -> why refused.
 ATTACKS: dict[str, tuple[dict[str, Any], str]] = {
-    # point 4 of issue 17, as the review found them
+    # as a review found them
     "every-namespace-no-condition": (
         {"namespaceSelector": {}, "matchConditions": []},
         "but kube-system and the operator's own",
@@ -597,7 +597,7 @@ def test_the_guard_pins_what_render_webhooks_renders() -> None:
     assert f"'{webhooks.WEBHOOK_CONFIGURATION}'" in text
 
 
-# ---- the operator's RuntimeClasses (issue 17, point 6) ----
+# ---- the operator's RuntimeClasses ----
 
 RUNTIMECLASS_POLICY = f"{RELEASE}-operator-runtimeclass-guard"
 
@@ -764,7 +764,7 @@ def test_the_runtime_class_guard_leaves_the_garbage_collector_and_admins_alone()
     assert not runtime_class_guard("DELETE", None, _someone_elses(), user=elsewhere)[0]
 
 
-# ---- who writes the plan (issue 17, point 5) ----
+# ---- who writes the plan ----
 
 PLAN_POLICY = f"{RELEASE}-plan-writers"
 NAMESPACE_ADMIN = "jane@example.com"

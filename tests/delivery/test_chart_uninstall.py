@@ -1,4 +1,4 @@
-"""The uninstall hook as the chart renders it (issue 20, item 2): `helm uninstall` only, never
+"""The uninstall hook as the chart renders it: `helm uninstall` only, never
 `helm upgrade`; the operator's image and ServiceAccount; RBAC that adds only the deletion of
 profiles, and only while the hook runs; the same objects for the kustomize base, without the
 hook annotations, outside the base's own resources."""

@@ -1,4 +1,4 @@
-"""The shape of the code (style.md, issue 18): no class over 300 lines and no function over 60
+"""The shape of the code (style.md): no class over 300 lines and no function over 60
 in the contract, the plumbing, the operator and the agent, argument parsing aside; and the
 agent's state file written from one place.
 

@@ -1,5 +1,5 @@
 """Runtime dependencies: each one declared is imported by the code, each third-party module the
-code imports is declared, and CONTRIBUTING.md says what each one is for (issue 12, point 10)."""
+code imports is declared, and CONTRIBUTING.md says what each one is for."""
 
 from __future__ import annotations
 

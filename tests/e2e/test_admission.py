@@ -1,4 +1,4 @@
-"""The pod admission webhook on the real API server (issue 11).
+"""The pod admission webhook on the real API server.
 
 The operator runs as a subprocess serving its webhook on loopback (``--webhook-url
 https://127.0.0.1:PORT``) and registers it itself; pods are created with dry-run=server and
@@ -168,7 +168,7 @@ def test_admission_on_the_real_api_server(cluster: dict[str, Any]) -> None:
 def test_a_huge_exponent_is_refused_at_once_on_the_real_api_server(
     cluster: dict[str, Any],
 ) -> None:
-    """Issue 17, point 1. The API server accepts a memory limit of 1e20000000 and sends it
+    """The API server accepts a memory limit of 1e20000000 and sends it
     to the webhook, which used to compute it exactly for 19 s (past the webhook's 5 s
     timeout: "context deadline exceeded", every wcow pod blocked meanwhile); it is now
     refused at once with its reason, and the next pod is admitted."""
@@ -188,7 +188,7 @@ def test_a_huge_exponent_is_refused_at_once_on_the_real_api_server(
 def test_a_late_annotation_is_refused_at_update_on_the_real_api_server(
     cluster: dict[str, Any],
 ) -> None:
-    """Issue 17, point 2: a pod created gated, then annotated with 240 processors and 1 TB
+    """A pod created gated, then annotated with 240 processors and 1 TB
     before it is ungated, is refused at the UPDATE; a label and the ungating pass."""
     core, ns, sized = cluster["core"], cluster["ns"], cluster["sized"]
     gated = windows_pod("gated", sized, limits={"cpu": "1", "memory": "1Gi"})
@@ -212,7 +212,7 @@ def test_a_late_annotation_is_refused_at_update_on_the_real_api_server(
 def test_a_fixed_vm_too_small_is_refused_or_admitted_with_a_warning_the_client_sees(
     cluster: dict[str, Any],
 ) -> None:
-    """Issue 19 item 5: limits of 3 cores and 3 GiB need a VM of 3 processors and 3584 MB;
+    """Limits of 3 cores and 3 GiB need a VM of 3 processors and 3584 MB;
     the Fixed profiles give 2 and 1024. Refused (VMTooSmall, the need and the size named);
     under spec.vm.oversizedPods: Warn created as written, and kubectl's client gets the
     warning (a Warning header, as kubectl prints it)."""

@@ -142,7 +142,7 @@ def test_printer_columns_read_fields_that_exist(
 def test_server_says_why_a_promise_windows_does_not_keep_is_refused(
     custom: client.CustomObjectsApi, spec: dict[str, Any], field: str, reason: str
 ) -> None:
-    """The CEL rules of issue 12 name the field and give the reason, as the operator does."""
+    """The CEL rules name the field and give the reason, as the operator does."""
     document = profile("e2e-honest", isolation="Process", **spec)
     assert not pydantic_accepts(document)
     with pytest.raises(ApiException) as refused:

@@ -97,7 +97,7 @@ class Install:
 
 
 def _server_supports_policy(admin: client.ApiClient) -> bool:
-    """admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (GA in 1.30) is served, and
+    """Admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (GA in 1.30) is served, and
     the server is 1.30+ (bound tokens carry the node name from 1.30 on by default)."""
     version = client.VersionApi(admin).get_code()
     minor = int("".join(ch for ch in version.minor if ch.isdigit()) or 0)
@@ -740,7 +740,7 @@ def test_pod_bound_tokens_carry_the_node_the_policy_checks(
             undo=lambda: client.CoreV1Api(install.admin).patch_node(other, _label(ready, None)),
             timeout=30,
         )
-        # What the agent found (issue 20 item 3, issue 19's guest builds): its own Node only.
+        # What the agent found (its capability and guest-build labels): its own Node only.
         guest = guest_build_label(parse_windows_build("ltsc2019"))
         found = {HYPERV_LABEL: "false", CONTAINERD_LINE_LABEL: "1.7", guest: "true"}
         agent.patch_node(own, {"metadata": {"labels": found}})

@@ -1,5 +1,6 @@
-"""The chart's guards against a stolen operator token, on the real API server (issue 17,
-points 4, 5 and 6, and profiles, which the operator may patch only for its finalizer): the
+"""The chart's guards against a stolen operator token, on the real API server (its webhook
+configurations, the plan, its RuntimeClasses, and profiles, which the operator may patch only
+for its finalizer): the
 chart installed with real Helm (its policies on), then requests made with a TokenRequest token
 of the operator's ServiceAccount, as a thief would make them. Each attack is refused with the
 policy's message; the operator's own writes, as its code renders them, pass. The garbage

@@ -1,4 +1,4 @@
-"""Image checks of the webhook on the real API server, with the real registry (issue 19).
+"""Image checks of the webhook on the real API server, with the real registry.
 
 The operator runs with ``--resolve-images --insecure-registry HOST:PORT`` (the test registry
 serves plain HTTP on loopback): a Hyper-V pod of guest build ltsc2019 whose image has no 17763
@@ -161,7 +161,7 @@ def test_images_refused_pinned_and_warned_on_the_real_api_server(setup: dict[str
 def test_the_registry_secret_is_read_by_name_into_credentials(
     kube: client.ApiClient, prefix: str
 ) -> None:
-    """k8s.secrets.RegistrySecret on the real API server: a dockerconfigjson Secret becomes
+    """K8s.secrets.RegistrySecret on the real API server: a dockerconfigjson Secret becomes
     per-host credentials (docker.io keys to Docker Hub's API host); a missing Secret or one of
     another shape gives None (anonymous lookups), never an exception."""
     import base64

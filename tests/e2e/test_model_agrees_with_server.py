@@ -1,4 +1,4 @@
-"""The model and the API server judge every profile alike, both ways (issue 17, point 10).
+"""The model and the API server judge every profile alike, both ways.
 
 Hypothesis generates profiles near the edges of validity (tests/e2e/profile_strategies.py);
 each goes to the real API server as a server-side dry-run create, with strict field

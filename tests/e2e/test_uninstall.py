@@ -1,4 +1,4 @@
-"""Issue 20, item 2 on the real API server: `helm uninstall` (real Helm) leaves no node with an
+"""`helm uninstall` (real Helm) leaves no node with an
 agent's table, pause image setting, label or annotation, without the profiles deleted first.
 
 The chart is installed with its defaults (the uninstall hook on, the admission policies where

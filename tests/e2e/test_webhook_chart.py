@@ -1,4 +1,4 @@
-"""The pod admission webhook as the chart installs it, on the real API server (issue 11).
+"""The pod admission webhook as the chart installs it, on the real API server.
 
 The chart is installed with real Helm and its defaults (webhook on, the operator's own CA);
 the operator runs as a local process under its ServiceAccount token with the webhook flags the
@@ -264,7 +264,7 @@ def _cert_manager_secret(certificate: dict[str, Any], folder: Path) -> str:
 
 @pytest.fixture
 def cert_manager_crds(kube: client.ApiClient) -> Iterator[None]:
-    """cert-manager's own CRDs (tools/cert-manager/go.mod), so the real API server validates
+    """Cert-manager's own CRDs (tools/cert-manager/go.mod), so the real API server validates
     the chart's Issuers and Certificates."""
     try:
         crds = cert_manager.crds()

@@ -1,4 +1,4 @@
-"""The fault suite (issue 22 item 1): the tests kill and restart parts of the control plane,
+"""The fault suite: the tests kill and restart parts of the control plane,
 so they get one of their own (tests/control_plane.py), never the session's shared one; each
 test leaves it running for the next. Part of ``make e2e`` (marked e2e); needs the control
 plane binaries even when KUBECONFIG points at a cluster: one cannot kill a cluster one does

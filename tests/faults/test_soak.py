@@ -1,4 +1,4 @@
-"""The soak benchmark's short version (issue 22 item 2), in ``make e2e``: ``benchmarks/soak.py``
+"""The soak benchmark's short version, in ``make e2e``: ``benchmarks/soak.py``
 for 5 minutes on a control plane of its own, with faults from this suite drawn at random
 (a fixed seed), must hold every bound (no error in the logs that a fault does not explain, no
 failed admission outside an API-server outage, no node applying without permission, the

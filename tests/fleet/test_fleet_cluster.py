@@ -59,7 +59,7 @@ def test_whole_loop_on_a_simulated_fleet(
 def test_a_node_pool_whose_pause_image_is_of_another_build(
     kube: client.ApiClient, kubeconfig: Path, prefix: str, tmp_path: Path
 ) -> None:
-    """Node pools per guest build (issue 19): on WS2022 hosts, one pool pulls a pause image
+    """Node pools per guest build: on WS2022 hosts, one pool pulls a pause image
     of 10.0.17763, the other the host's. Each pool says which guest build it boots (agent
     status and label); a Hyper-V class of the other build is Failed there with
     GuestBuildUnsupported, listed on the profile and in ``kubectl get wrp``, while the

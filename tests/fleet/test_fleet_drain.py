@@ -1,4 +1,4 @@
-"""Drain before a restart (``spec.rollout.drain``, issue 20 item 1) on the real control plane
+"""Drain before a restart (``spec.rollout.drain``) on the real control plane
 (``make e2e``): ``wcow-operator``, simulated Windows nodes running the real agent loop, and
 real pods bound to them (``spec.nodeName``; no kubelet: the test marks them Ready through the
 status subresource, and a stand-in finishes an evicted pod's deletion as a kubelet would).

@@ -1,4 +1,4 @@
-"""A node cannot vouch for itself, on the real control plane (issue 17, point 7).
+"""A node cannot vouch for itself, on the real control plane.
 
 Two honest simulated Windows Server 2022 nodes run the real agent loop; three more Nodes are
 written by hand, as a compromised node (or a thief of the agent's token) would write its own

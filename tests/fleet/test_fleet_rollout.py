@@ -389,7 +389,7 @@ def renamed_everywhere(paced: Paced, handler: str, gone: str, hash_: str | None)
 def test_renaming_a_failing_handler_resumes_without_an_annotation(
     kube: client.ApiClient, kubeconfig: Path, prefix: str, tmp_path: Path
 ) -> None:
-    """Issue 20 item 5: a new handler that fails its canary halts after at most
+    """A new handler that fails its canary halts after at most
     maxUnavailable nodes; naming a working handler instead is a new plan whose rollout the
     old handler's failures (still reported by the first nodes) do not halt."""
     with paced_fleet(kube, kubeconfig, prefix, tmp_path) as paced:
@@ -504,7 +504,7 @@ def test_operator_killed_mid_rollout_no_node_applies_without_permission(
 def test_a_failing_profile_holds_back_only_itself(
     kube: client.ApiClient, kubeconfig: Path, prefix: str, tmp_path: Path
 ) -> None:
-    """Issue 20 item 6: profile A's change fails on the first nodes and is held back (they
+    """Profile A's change fails on the first nodes and is held back (they
     go back to A's last version); profile B's change made meanwhile reaches every node while
     A stays held; fixing A's spec then rolls A out to every node."""
     with paced_fleet(kube, kubeconfig, prefix, tmp_path) as paced:

@@ -149,12 +149,12 @@ CROSS_FIELD_INVALID = [
         scheduling={"tolerations": [{"key": "os", "effect": "NoSchedule", "tolerationSeconds": 1}]}
     ),
     profile_document(name="has.dots"),
-    # issue 12: promises Windows does not keep are refused by the server too
+    # promises Windows does not keep are refused by the server too
     profile_document(sandbox={"image": "mcr.microsoft.com/oss/kubernetes/pause:3.9"}),
     profile_document(sandbox={"platform": "windows/arm64"}),
     profile_document(annotations={"pod": ["containerd.io/snapshot/*"]}),
     profile_document(annotations={"container": ["io.microsoft.container.*", "a/b/c*"]}),
-    # issue 17: every rule of the model has its twin on the server
+    # every rule of the model has its twin on the server
     profile_document(annotations={"pod": ["io.microsoft.virtual machine.*"]}),
     profile_document(annotations={"pod": ["-io.microsoft.*"]}),
     profile_document(annotations={"pod": [f"{'a' * 64}*"]}),
@@ -184,7 +184,7 @@ CROSS_FIELD_INVALID = [
     profile_document(overhead={"podFixed": {"cpu": -1}}),
 ]
 
-# Accepted by both, though a rule once stumbled on them (issue 17): fields left out or null.
+# Accepted by both, though a rule once stumbled on them: fields left out or null.
 EDGES_VALID = [
     profile_document(sandbox={}),
     profile_document(overhead={"podFixed": {"cpu": 2, "memory": 2**63 - 1}}),
@@ -228,7 +228,7 @@ def test_cel_rules_accept_what_the_model_accepts_at_the_edges(document: dict[str
 
 
 def test_every_integer_field_of_the_spec_refuses_a_number_with_a_decimal_point() -> None:
-    """kube-openapi takes 2.0 for an integer; the rule on each integer field a user writes
+    """Kube-openapi takes 2.0 for an integer; the rule on each integer field a user writes
     refuses it, as the model does (a field without the rule would store it, one with another
     rule refuse it). The status's integers, which the operator writes, carry no rule (the API
     server would evaluate it on every status write for nothing) and no rule reads the status,

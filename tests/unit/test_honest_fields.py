@@ -1,4 +1,4 @@
-"""Fields and messages that say only what Windows and containerd will do (issue 12).
+"""Fields and messages that say only what Windows and containerd will do.
 
 Each test names the upstream fact it holds the model to; the CEL cases also run through
 ``tests/unit/test_crd.py`` (cel-python) and ``tests/e2e/test_crd_server.py`` (a real API

@@ -1,4 +1,4 @@
-"""Hostile files fail fast, in bounded memory, with one line naming the file (issue 12, point 5).
+"""Hostile files fail fast, in bounded memory, with one line naming the file.
 
 Each case runs the real command in a subprocess with a wall-clock timeout and an address-space
 limit, so a hang, a memory blow-up or a traceback fails the test instead of the machine.

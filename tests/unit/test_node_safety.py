@@ -1,4 +1,4 @@
-"""What a valid profile may make a node run (issue 17, point 5): the model's limits on the
+"""What a valid profile may make a node run: the model's limits on the
 fields containerd and hcsshim turn into executables, paths, pipes and defaults for every pod.
 
 A plan can carry only what a valid profile renders (tests/agent/test_plan_trust.py), so these

@@ -6,7 +6,7 @@ each registry host of the Secret, the namespaces whose pods' images may be read 
 credentials, and (optionally) the repositories on that host they may be used for::
 
     {"registry.corp:5000": {"namespaces": ["team-a", "team-b-*"],
-                            "repositories": ["team-a/*", "shared/*"]}}
+                            "repositories": ["team-a/*", "common/*"]}}
 
 Patterns are globs (``*`` and ``?``). A host of ``.dockerconfigjson`` that ``scopes.json``
 does not name is used for no pod: credentials reach only the tenants an administrator gave
