@@ -55,3 +55,8 @@ class NodeLayout:
     why: str = ""
     """How the layout was found (the preset, what discovery read), for the agent's status
     and log."""
+    unplaced: str | None = None
+    """Why the agent could not tell where this node keeps containerd's configuration
+    (``--distribution auto`` found no containerd service, or two candidates); the agent then
+    writes nothing and reports it on every handler (``NodeLayoutUnknown``), and ``config``
+    is only where its lock and state go. None: the node is placed."""
