@@ -84,7 +84,7 @@ def image_crictl(environ: os._Environ[str] | dict[str, str]) -> str | None:
     mount = environ.get(MOUNT_POINT_ENV)
     if not mount:
         return None
-    path = str(PureWindowsPath(mount, IMAGE_CRICTL))
+    path = os.path.join(mount, *PureWindowsPath(IMAGE_CRICTL).parts)
     return path if Path(path).is_file() else None
 
 
