@@ -96,10 +96,7 @@ class NodeAgent:
     ) -> None:
         self.host = host
         self.layout = layout or NodeLayout("custom", paths.config, why="the agent's flags")
-        """Where this node keeps containerd's configuration and how containerd restarts
-        (``layouts/``: the distribution's preset, discovery, the flags)."""
-        self.hyperv_why = hyperv_why
-        """Why Hyper-V is unavailable on this platform (AKS, GKE, EKS), for the reason."""
+        self.hyperv_why = hyperv_why  # HyperVUnavailable's message on AKS, GKE, EKS
         self.pause_flag = pause_image
         """``--pause-image``: the pause image the agent sets in config.toml (None: the
         agent leaves the key as the node has it, or puts back what it replaced)."""
@@ -246,7 +243,7 @@ class NodeAgent:
         """Before the first write of the key: what it held, to put back later; before each
         change: the record that holds readiness until the change is proven."""
         journal = cycle.journal
-        self._hold_pause_image(cycle, result)
+        _hold_pause_image(cycle, result)
         _, target = pause_change.edit_target(self.pause_flag, journal.state)
         source = None if cycle.created else held_pause_image(cycle.original, result.version)
         try:
@@ -257,12 +254,6 @@ class NodeAgent:
         pause_change.begin(
             cycle.report, journal, (target, source), baseline, text_hash(result.text)
         )
-
-    def _hold_pause_image(self, cycle: Cycle, result: MergeResult) -> None:
-        """Before the first write of the key: what it held, to put back later."""
-        if not cycle.journal.state.pause_held:
-            previous = None if cycle.created else held_pause_image(cycle.original, result.version)
-            cycle.journal.pause_image_held(previous)
 
     def _survey_pause_image(self, report: CycleReport, facts: HostFacts) -> None:
         """Which pause image containerd runs sandboxes from and which guest builds it boots
@@ -345,13 +336,7 @@ class NodeAgent:
         report, facts, state = cycle.report, cycle.facts, cycle.journal.state
         eligible, refused = classify_handlers(
             selected_handlers(plan.handlers, _labels(self.pause, cycle, plan)),
-            EligibilityHost(
-                _build(facts.build),
-                facts.hyperv_available,
-                facts.containerd_version,
-                hyperv_why=self.hyperv_why,
-                effective=self._effective(cycle, plan),
-            ),
+            _judged_host(self, cycle, plan),
         )
         report.handlers = {
             handler: HandlerOutcome(
@@ -390,22 +375,41 @@ class NodeAgent:
         report.removed = [h for h in result.removed if h not in desired]
         return eligible, result
 
-    def _effective(self, cycle: Cycle, plan: Plan) -> dict[str, Any] | None:
-        """containerd's effective configuration, read only where it decides something: a
-        Hyper-V handler on containerd 2.3+ (block CIM); None: not read or not readable (the
-        canary still decides)."""
-        version = cycle.facts.containerd_version
-        if not block_cim_relevant(plan.handlers.values(), version):
-            return None
-        try:
-            dump = (
-                self.host.containerd.config_default()
-                if cycle.created
-                else self.host.containerd.config_dump(self.paths.config)
-            )
-            return tomllib.loads(dump)
-        except (HostError, tomllib.TOMLDecodeError):
-            return None
+
+def _hold_pause_image(cycle: Cycle, result: MergeResult) -> None:
+    """Before the first write of the key: what it held, to put back later."""
+    if not cycle.journal.state.pause_held:
+        previous = None if cycle.created else held_pause_image(cycle.original, result.version)
+        cycle.journal.pause_image_held(previous)
+
+
+def _judged_host(agent: NodeAgent, cycle: Cycle, plan: Plan) -> EligibilityHost:
+    """The host's facts eligibility judges by, with the platform's word on Hyper-V."""
+    facts = cycle.facts
+    effective = _effective(agent.host, agent.paths, cycle, plan)
+    return EligibilityHost(
+        _build(facts.build),
+        facts.hyperv_available,
+        facts.containerd_version,
+        agent.hyperv_why,
+        effective,
+    )
+
+
+def _effective(host: Host, paths: Paths, cycle: Cycle, plan: Plan) -> dict[str, Any] | None:
+    """containerd's effective configuration, read only where it decides something: a Hyper-V
+    handler on containerd 2.3+ (block CIM); None: not read or not readable (the canary still
+    decides)."""
+    if not block_cim_relevant(plan.handlers.values(), cycle.facts.containerd_version):
+        return None
+    containerd = host.containerd
+    try:
+        dump = (
+            containerd.config_default() if cycle.created else containerd.config_dump(paths.config)
+        )
+        return tomllib.loads(dump)
+    except (HostError, tomllib.TOMLDecodeError):
+        return None
 
 
 def _labels(pause_images: PauseImages, cycle: Cycle, plan: Plan) -> dict[str, str] | None:
