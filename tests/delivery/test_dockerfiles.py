@@ -293,4 +293,4 @@ def test_agent_defaults_to_the_crictl_its_image_carries() -> None:
 
     final = [i.value for i in _final(AGENT) if i.keyword == "COPY"]
     target = next(v.split()[-1] for v in final if v.startswith("--from=crictl "))
-    assert IMAGE_CRICTL == target.strip("/").replace("/", "\\") + "\\crictl.exe"
+    assert target.strip("/").replace("/", "\\") + "\\crictl.exe" == IMAGE_CRICTL
