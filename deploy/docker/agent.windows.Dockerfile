@@ -12,9 +12,16 @@
 # `agent` group in pyproject.toml (win_amd64 wheels, with hashes: what wcow_agent and
 # wcow_contract import; no kopf, no cryptography) and the agent with the contract and
 # wcow_support, without wcow_operator.
+#
+# crictl, the CRI client the agent proves handlers with, is built here from the
+# sigs.k8s.io/cri-tools module pinned in tools/crictl/go.mod and go.sum (cmd/crictl, for
+# windows/amd64; no prebuilt binary is downloaded), so no node needs crictl installed: the
+# agent's --crictl defaults to this copy (docs/distributions.md).
 
 ARG BUILD_IMAGE=python:3.11.13-slim-bookworm
 ARG HOSTPROCESS_BASE=mcr.microsoft.com/oss/kubernetes/windows-host-process-containers-base-image:v1.0.0
+# cri-tools v1.37.0 needs Go 1.26.6 or later (its go.mod).
+ARG GO_IMAGE=golang:1.26.8-bookworm
 
 FROM --platform=$BUILDPLATFORM ${BUILD_IMAGE} AS build
 # 3.11.9 is the last 3.11 release with Windows binaries.
@@ -53,11 +60,25 @@ RUN minor=$(echo "${PYTHON_VERSION}" | cut -d. -f1,2) \
  && rm -rf /out/python/Lib/site-packages/wcow_operator \
       /out/python/Lib/site-packages/bin /out/python/Lib/site-packages/Scripts
 
+FROM --platform=$BUILDPLATFORM ${GO_IMAGE} AS crictl
+WORKDIR /src/tools/crictl
+COPY tools/crictl/go.mod tools/crictl/go.sum ./
+# -mod=readonly: go.mod and go.sum are the pins, nothing is resolved afresh; GOTOOLCHAIN=local:
+# the image's Go builds it, no other toolchain is fetched. The version string is cri-tools'
+# own (its Makefile's GO_LDFLAGS), read from the pin so the two cannot disagree.
+RUN export GOTOOLCHAIN=local CGO_ENABLED=0 GOOS=windows GOARCH=amd64 \
+ && version=$(go list -mod=readonly -m -f '{{.Version}}' sigs.k8s.io/cri-tools | sed 's/^v//') \
+ && go build -mod=readonly -trimpath \
+      -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=${version}" \
+      -o /out/crictl/crictl.exe sigs.k8s.io/cri-tools/cmd/crictl
+
 FROM ${HOSTPROCESS_BASE}
 LABEL org.opencontainers.image.title="wcow-agent" \
       org.opencontainers.image.description="wcow-runtime node agent (HostProcess)" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/python /python
+# The agent finds it beside its Python: %CONTAINER_SANDBOX_MOUNT_POINT%\crictl\crictl.exe.
+COPY --from=crictl /out/crictl /crictl
 ENV PYTHONUNBUFFERED=1
 # HostProcess containers run as the pod's user (NT AUTHORITY\SYSTEM, set by the DaemonSet);
 # the path is relative to the container's mount point (containerd 1.7+: C:\hpc). This is the

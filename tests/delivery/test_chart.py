@@ -150,6 +150,19 @@ MATRIX: dict[str, dict[str, Any]] = {
             },
         }
     },
+    "openshift": {"openshift": {"enabled": True}},
+    "rke2-layout": {
+        "agent": {
+            "distribution": "rke2",
+            "containerdConfig": "D:\\rke2\\agent\\etc\\containerd\\config.toml",
+            "dropInConfig": "D:\\rke2\\agent\\etc\\containerd\\config-v3.toml.d",
+            "configTemplate": "D:\\rke2\\agent\\etc\\containerd\\config-v3.toml.tmpl",
+            "restartMode": "none",
+            "serviceName": "rke2",
+            "containerd": "D:\\rke2\\bin\\containerd.exe",
+            "crictl": "D:\\rke2\\bin\\crictl.exe",
+        }
+    },
     "names-and-labels": {
         "fullnameOverride": "wcow",
         "commonLabels": {"example.com/owner": "platform"},
@@ -879,3 +892,83 @@ def test_the_operator_reads_pods_only_where_eviction_is_allowed(
         "containers"
     ][0]["args"]
     assert ("--allow-evict" in args) is evicts
+
+
+def _run_args(values: dict[str, Any] | None = None) -> Any:
+    from wcow_agent.cli import build_parser
+
+    _, container = _agent(values)
+    return build_parser().parse_args(container["args"])
+
+
+def test_agent_is_said_to_be_a_windows_pod() -> None:
+    """spec.os.name: the API server validates the pod as a Windows pod, and OpenShift's SCC
+    admission (apiserver-library-go sccadmission shouldIgnore) leaves it alone."""
+    daemonset, _ = _agent()
+    assert daemonset["spec"]["template"]["spec"]["os"] == {"name": "windows"}
+
+
+def test_agent_layout_values_reach_the_agent() -> None:
+    args = _run_args()
+    assert args.distribution == "auto"
+    assert (args.config, args.drop_in_config, args.config_template) == (None, None, None)
+    assert (args.restart_mode, args.service_name, args.containerd, args.crictl) == (None,) * 4
+    args = _run_args(MATRIX["rke2-layout"])
+    assert args.distribution == "rke2"
+    assert args.config == "D:\\rke2\\agent\\etc\\containerd\\config.toml"
+    assert args.drop_in_config.endswith("config-v3.toml.d")
+    assert args.config_template.endswith("config-v3.toml.tmpl")
+    assert (args.restart_mode, args.service_name) == ("none", "rke2")
+    assert args.containerd == "D:\\rke2\\bin\\containerd.exe"
+    assert args.crictl == "D:\\rke2\\bin\\crictl.exe"
+
+
+@pytest.mark.parametrize(
+    ("value", "fails"),
+    [({"distribution": "k3s"}, True), ({"restartMode": "signal"}, True), ({}, False)],
+)
+def test_schema_refuses_unknown_layouts(value: dict[str, Any], fails: bool) -> None:
+    if fails:
+        with pytest.raises(Exception, match="agent"):
+            render({"agent": value})
+    else:
+        render({"agent": value})
+
+
+def test_openshift_takes_wmco_layout_and_lets_the_operator_run_as_its_user() -> None:
+    values = MATRIX["openshift"]
+    assert _run_args(values).distribution == "openshift"
+    explicit = _run_args({"openshift": {"enabled": True}, "agent": {"distribution": "kubeadm"}})
+    assert explicit.distribution == "kubeadm"  # a named distribution stands
+    objects = render(values)
+    role = next(
+        o
+        for o in objects
+        if o["kind"] == "Role" and o["metadata"]["name"].endswith("-openshift-scc")
+    )
+    assert role["rules"] == [
+        {
+            "apiGroups": ["security.openshift.io"],
+            "resources": ["securitycontextconstraints"],
+            "resourceNames": ["nonroot-v2"],
+            "verbs": ["use"],
+        }
+    ]
+    binding = next(
+        o
+        for o in objects
+        if o["kind"] == "RoleBinding" and o["metadata"]["name"] == role["metadata"]["name"]
+    )
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    subjects = {s["name"] for s in binding["subjects"]}
+    operator_pod = find(objects, "Deployment")["spec"]["template"]["spec"]
+    assert operator_pod["serviceAccountName"] in subjects
+    assert operator_pod["securityContext"]["runAsUser"] != 0  # nonroot-v2: any user but root
+    assert f"{RELEASE}-test" in subjects  # the helm test pod's
+    assert "scc.podSecurityLabelSync=false" in notes(values)
+
+
+def test_without_openshift_no_scc_is_asked_for() -> None:
+    names = [o["metadata"]["name"] for o in render() if o["kind"] in ("Role", "RoleBinding")]
+    assert not [n for n in names if "openshift" in n]
+    assert "scc.podSecurityLabelSync" not in notes()

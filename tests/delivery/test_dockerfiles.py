@@ -242,3 +242,55 @@ for module in pkgutil.walk_packages(wcow_agent.__path__, "wcow_agent."):
         [sys.executable, "-c", script], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+CRICTL_MODULE = ROOT / "tools" / "crictl"
+
+
+def _crictl_pin() -> str:
+    """The cri-tools version tools/crictl/go.mod pins (with its checksum in go.sum)."""
+    mod = (CRICTL_MODULE / "go.mod").read_text(encoding="utf-8")
+    match = re.search(r"^\s*sigs\.k8s\.io/cri-tools (v\d+\.\d+\.\d+)\b", mod, re.M)
+    assert match, "tools/crictl/go.mod pins no sigs.k8s.io/cri-tools version"
+    assert re.search(r"^tool sigs\.k8s\.io/cri-tools/cmd/crictl$", mod, re.M)
+    assert "replace" not in mod, "crictl is built from the module as published"
+    checksums = (CRICTL_MODULE / "go.sum").read_text(encoding="utf-8")
+    assert f"sigs.k8s.io/cri-tools {match.group(1)} h1:" in checksums
+    return match.group(1)
+
+
+def test_agent_image_builds_crictl_from_the_pinned_module() -> None:
+    """No node needs crictl: the image carries its own, compiled for windows/amd64 from the
+    module pinned in tools/crictl (go.mod and go.sum only; never a downloaded binary), with
+    cri-tools' version string taken from that pin."""
+    assert _crictl_pin() == "v1.37.0"
+    built = [(image, stage) for image, stage in stages(AGENT) if image.startswith("golang:")]
+    assert len(built) == 1, "one Go stage builds crictl"
+    image, stage = built[0]
+    assert _pinned(image)
+    copies = [i.value for i in stage if i.keyword == "COPY"]
+    assert copies == ["tools/crictl/go.mod tools/crictl/go.sum ./"]
+    run = " ".join(i.value for i in stage if i.keyword == "RUN")
+    for needed in (
+        "GOOS=windows",
+        "GOARCH=amd64",
+        "GOTOOLCHAIN=local",
+        "go build -mod=readonly -trimpath",
+        "-X sigs.k8s.io/cri-tools/pkg/version.Version=${version}",
+        "go list -mod=readonly -m -f '{{.Version}}' sigs.k8s.io/cri-tools",
+        "-o /out/crictl/crictl.exe sigs.k8s.io/cri-tools/cmd/crictl",
+    ):
+        assert needed in run, needed
+    everything = " ".join(i.value for _, s in stages(AGENT) for i in s)
+    assert not re.search(r"crictl-v?[\d.]+-windows|cri-tools/releases", everything)
+    final = [i.value for i in _final(AGENT) if i.keyword == "COPY"]
+    assert "--from=crictl /out/crictl /crictl" in final
+
+
+def test_agent_defaults_to_the_crictl_its_image_carries() -> None:
+    """Where the image puts crictl is where the agent looks for it first."""
+    from wcow_agent.layouts.presets import IMAGE_CRICTL
+
+    final = [i.value for i in _final(AGENT) if i.keyword == "COPY"]
+    target = next(v.split()[-1] for v in final if v.startswith("--from=crictl "))
+    assert target.strip("/").replace("/", "\\") + "\\crictl.exe" == IMAGE_CRICTL

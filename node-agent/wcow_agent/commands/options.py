@@ -6,22 +6,24 @@ from __future__ import annotations
 import argparse
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from wcow_agent.commands.layout_flags import add_layout_flags, node_layout
 from wcow_agent.config.state import Paths
 from wcow_agent.cycle.node_agent import NodeAgent
 from wcow_agent.cycle.transaction import Timeouts
 from wcow_agent.host.interfaces import Host
+from wcow_agent.host.node_inventory import RegistryNodeInventory
+from wcow_agent.host.process import on_windows
 from wcow_agent.host.windows import (
     WindowsHostOptions,
-    default_config_path,
     default_containerd_binary,
     default_work_dir,
     windows_host,
 )
+from wcow_agent.layouts.resolve import hyperv_for
 from wcow_agent.loop.cluster import Cluster
 from wcow_contract.catalog.windows_builds import parse_windows_build
 from wcow_contract.v1alpha1 import ImageReference
@@ -84,23 +86,12 @@ def add_adopt_flag(parser: Any) -> None:
 
 
 def add_host_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config",
-        default=None,
-        help=r"containerd config.toml (default %%ProgramFiles%%\containerd\config.toml)",
-    )
-    parser.add_argument(
-        "--containerd",
-        default=None,
-        help=r"containerd.exe (default %%ProgramFiles%%\containerd\containerd.exe)",
-    )
-    parser.add_argument("--crictl", default="crictl.exe", help="crictl (default: on PATH)")
+    add_layout_flags(parser)
     parser.add_argument(
         "--cri-endpoint",
         default="npipe:////./pipe/containerd-containerd",
         help="containerd's CRI endpoint",
     )
-    parser.add_argument("--service-name", default="containerd", help="containerd's Windows service")
     parser.add_argument(
         "--work-dir",
         default=None,
@@ -131,16 +122,23 @@ def add_host_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def real_host(args: argparse.Namespace, stop: threading.Event) -> Host:
+    if not on_windows():
+        return windows_host(WindowsHostOptions("", ""))  # refuses, saying why
+    inventory = RegistryNodeInventory()
+    layout = node_layout(args, inventory)
+    hyperv, _ = hyperv_for(layout, args.hyperv)
     return windows_host(
         WindowsHostOptions(
-            containerd_binary=args.containerd or default_containerd_binary(),
-            crictl=args.crictl,
+            containerd_binary=str(layout.containerd or default_containerd_binary()),
+            crictl=layout.crictl,
             cri_endpoint=args.cri_endpoint,
-            service_name=args.service_name,
+            service_name=layout.service_name,
             work_dir=args.work_dir or default_work_dir(),
-            hyperv=args.hyperv,
+            hyperv=hyperv,
+            restart_mode=layout.restart_mode,
         ),
         cancel=stop,
+        inventory=inventory,
     )
 
 
@@ -151,13 +149,16 @@ def real_cluster() -> Cluster:
 
 
 def node_agent(args: argparse.Namespace, host: Host, stop: threading.Event) -> NodeAgent:
+    layout = node_layout(args, host.inventory)
     return NodeAgent(
         host,
-        Paths(Path(args.config or default_config_path())),
+        Paths(layout.config),
         log_root=args.work_dir or default_work_dir(),
         timeouts=Timeouts(restart=args.restart_timeout),
         cancel=stop,
         adopt=getattr(args, "adopt_handlers", frozenset()),
         canary_images=dict(args.canary_image),
         pause_image=getattr(args, "pause_image", None),
+        layout=layout,
+        hyperv_why=hyperv_for(layout, args.hyperv)[1],
     )

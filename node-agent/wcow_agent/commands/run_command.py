@@ -177,6 +177,8 @@ def serve(args: argparse.Namespace, loop: AgentLoop) -> int:
         metrics_server.server_address[1],
         health_server.port,
     )
+    layout = loop.agent.layout
+    log.info("layout %s: %s", layout.distribution, layout.unplaced or layout.why)
     try:
         loop.run()
     finally:

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import threading
 import time
+import tomllib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from wcow_agent.config.files import read_config, sweep_temp_files
+from wcow_agent.config.layout import NodeLayout
 from wcow_agent.config.merge import MergeResult
 from wcow_agent.config.merge_decision import ConfigError
 from wcow_agent.config.sandbox_image import held_pause_image, with_pause_image
@@ -42,7 +45,7 @@ from wcow_agent.cycle.decisions import (
     selected_handlers,
 )
 from wcow_agent.cycle.eligibility import Host as EligibilityHost
-from wcow_agent.cycle.eligibility import classify_handlers
+from wcow_agent.cycle.eligibility import block_cim_relevant, classify_handlers
 from wcow_agent.cycle.host_cleanup import Uninstaller
 from wcow_agent.cycle.pause_image import PauseImage, PauseImages
 from wcow_agent.cycle.proving import Prover
@@ -88,8 +91,12 @@ class NodeAgent:
         adopt: Collection[str] = (),
         canary_images: Mapping[str, str] | None = None,
         pause_image: str | None = None,
+        layout: NodeLayout | None = None,
+        hyperv_why: str | None = None,
     ) -> None:
         self.host = host
+        self.layout = layout or NodeLayout("custom", paths.config, why="the agent's flags")
+        self.hyperv_why = hyperv_why  # HyperVUnavailable's message on AKS, GKE, EKS
         self.pause_flag = pause_image
         """``--pause-image``: the pause image the agent sets in config.toml (None: the
         agent leaves the key as the node has it, or puts back what it replaced)."""
@@ -139,6 +146,9 @@ class NodeAgent:
         ``node``: the Node's labels, which profiles' nodeSelectors are judged against
         (None: not judged, every handler is a candidate)."""
         report = CycleReport(plan_hash=plan.hash if plan else None)
+        if self.layout.unplaced is not None:
+            _refused(report, plan, "NodeLayoutUnknown", self.layout.unplaced)
+            return report
         try:
             cycle = self._begin(report, plan)
             if cycle is not None:
@@ -233,7 +243,7 @@ class NodeAgent:
         """Before the first write of the key: what it held, to put back later; before each
         change: the record that holds readiness until the change is proven."""
         journal = cycle.journal
-        self._hold_pause_image(cycle, result)
+        _hold_pause_image(cycle, result)
         _, target = pause_change.edit_target(self.pause_flag, journal.state)
         source = None if cycle.created else held_pause_image(cycle.original, result.version)
         try:
@@ -244,12 +254,6 @@ class NodeAgent:
         pause_change.begin(
             cycle.report, journal, (target, source), baseline, text_hash(result.text)
         )
-
-    def _hold_pause_image(self, cycle: Cycle, result: MergeResult) -> None:
-        """Before the first write of the key: what it held, to put back later."""
-        if not cycle.journal.state.pause_held:
-            previous = None if cycle.created else held_pause_image(cycle.original, result.version)
-            cycle.journal.pause_image_held(previous)
 
     def _survey_pause_image(self, report: CycleReport, facts: HostFacts) -> None:
         """Which pause image containerd runs sandboxes from and which guest builds it boots
@@ -332,7 +336,7 @@ class NodeAgent:
         report, facts, state = cycle.report, cycle.facts, cycle.journal.state
         eligible, refused = classify_handlers(
             selected_handlers(plan.handlers, _labels(self.pause, cycle, plan)),
-            EligibilityHost(_build(facts.build), facts.hyperv_available, facts.containerd_version),
+            _judged_host(self, cycle, plan),
         )
         report.handlers = {
             handler: HandlerOutcome(
@@ -370,6 +374,42 @@ class NodeAgent:
             )
         report.removed = [h for h in result.removed if h not in desired]
         return eligible, result
+
+
+def _hold_pause_image(cycle: Cycle, result: MergeResult) -> None:
+    """Before the first write of the key: what it held, to put back later."""
+    if not cycle.journal.state.pause_held:
+        previous = None if cycle.created else held_pause_image(cycle.original, result.version)
+        cycle.journal.pause_image_held(previous)
+
+
+def _judged_host(agent: NodeAgent, cycle: Cycle, plan: Plan) -> EligibilityHost:
+    """The host's facts eligibility judges by, with the platform's word on Hyper-V."""
+    facts = cycle.facts
+    effective = _effective(agent.host, agent.paths, cycle, plan)
+    return EligibilityHost(
+        _build(facts.build),
+        facts.hyperv_available,
+        facts.containerd_version,
+        agent.hyperv_why,
+        effective,
+    )
+
+
+def _effective(host: Host, paths: Paths, cycle: Cycle, plan: Plan) -> dict[str, Any] | None:
+    """containerd's effective configuration, read only where it decides something: a Hyper-V
+    handler on containerd 2.3+ (block CIM); None: not read or not readable (the canary still
+    decides)."""
+    if not block_cim_relevant(plan.handlers.values(), cycle.facts.containerd_version):
+        return None
+    containerd = host.containerd
+    try:
+        dump = (
+            containerd.config_default() if cycle.created else containerd.config_dump(paths.config)
+        )
+        return tomllib.loads(dump)
+    except (HostError, tomllib.TOMLDecodeError):
+        return None
 
 
 def _labels(pause_images: PauseImages, cycle: Cycle, plan: Plan) -> dict[str, str] | None:

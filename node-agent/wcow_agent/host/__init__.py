@@ -13,6 +13,7 @@ from wcow_agent.host.interfaces import (
     HcsError,
     Host,
     HostError,
+    NodeInventory,
     SandboxStatus,
     WindowsInfo,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "HcsError",
     "Host",
     "HostError",
+    "NodeInventory",
     "SandboxStatus",
     "WindowsInfo",
 ]

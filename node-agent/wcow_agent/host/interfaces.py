@@ -165,6 +165,28 @@ class Hcs(Protocol):
         ...
 
 
+class NodeInventory(Protocol):
+    """What the agent reads of a Windows node to tell where its containerd keeps its
+    configuration and which distribution set it up (``layouts/discovery.py``): the services'
+    registered command lines and whether paths exist. Real on Windows
+    (``node_inventory.py``: the registry under
+    ``HKLM\\SYSTEM\\CurrentControlSet\\Services``); a dictionary in the tests."""
+
+    def service_command_line(self, name: str) -> str | None:
+        """The service's ``ImagePath`` (what ``Win32_Service.PathName`` reports), with its
+        environment variables expanded; None: there is no such service."""
+        ...
+
+    def service_parameter(self, name: str, value: str) -> str | None:
+        """A value under the service's ``Parameters`` key (nssm keeps the program it runs in
+        ``Application`` and its arguments in ``AppParameters``); None: not set."""
+        ...
+
+    def exists(self, path: str) -> bool:
+        """Whether a file or folder exists on the host."""
+        ...
+
+
 class FileSecurity(Protocol):
     """Who may use a file: copied onto the file that replaces it (``filesecurity.py``)."""
 
@@ -182,3 +204,6 @@ class Host:
     containerd: Containerd
     cri: Cri
     hcs: Hcs
+    inventory: NodeInventory | None = None
+    """What ``--distribution auto`` reads on the node (None: nothing to read, as with the
+    simulator and the tests' hosts: the flags and containerd's own layout hold)."""

@@ -20,7 +20,7 @@ from typing import Literal
 from wcow_agent.host.computecore import load_computecore
 from wcow_agent.host.containerd import ContainerdCli
 from wcow_agent.host.crictl import WINDOWS_ENDPOINT, CrictlCri
-from wcow_agent.host.interfaces import ContainerdError, Host, HostError
+from wcow_agent.host.interfaces import ContainerdError, Host, HostError, NodeInventory
 from wcow_agent.host.process import Runner, SubprocessRunner, on_windows
 from wcow_contract.catalog.windows_builds import WindowsBuild, parse_windows_build
 
@@ -123,17 +123,33 @@ class WindowsService:
             )
 
 
+class NoRestart:
+    """``--restart-mode none``: the node's owner restarts containerd, the agent never does
+    (it writes, reports that a restart is required and waits: the cycle's part)."""
+
+    def restart(self, timeout: float) -> None:
+        del timeout
+
+
 @dataclass(frozen=True)
 class WindowsHostOptions:
     containerd_binary: str
     crictl: str
     cri_endpoint: str = WINDOWS_ENDPOINT
     service_name: str = "containerd"
+    """The service restarted for a new configuration: containerd's own, or the one that
+    owns containerd (``rke2``: its restart also restarts the kubelet and renders
+    config.toml again from its template; docs/distributions.md)."""
     work_dir: str = ""
     hyperv: Literal["auto", "yes", "no"] = "auto"
+    restart_mode: Literal["service", "none"] = "service"
 
 
-def windows_host(options: WindowsHostOptions, cancel: threading.Event | None = None) -> Host:
+def windows_host(
+    options: WindowsHostOptions,
+    cancel: threading.Event | None = None,
+    inventory: NodeInventory | None = None,
+) -> Host:
     """The real host. Raises HostError off Windows: nothing here may run on Linux."""
     if not on_windows():
         raise HostError(
@@ -143,11 +159,14 @@ def windows_host(options: WindowsHostOptions, cancel: threading.Event | None = N
     runner = SubprocessRunner()
     work_dir = Path(options.work_dir or default_work_dir())
     work_dir.mkdir(parents=True, exist_ok=True)
+    service = (
+        NoRestart()
+        if options.restart_mode == "none"
+        else WindowsService(options.service_name, runner)
+    )
     return Host(
         windows=WindowsRegistryInfo(runner, options.hyperv),
-        containerd=ContainerdCli(
-            options.containerd_binary, runner, WindowsService(options.service_name, runner)
-        ),
+        containerd=ContainerdCli(options.containerd_binary, runner, service),
         cri=CrictlCri(
             SubprocessRunner(cancel),
             options.crictl,
@@ -156,4 +175,5 @@ def windows_host(options: WindowsHostOptions, cancel: threading.Event | None = N
             steady_runner=runner,
         ),
         hcs=load_computecore(),
+        inventory=inventory,
     )
