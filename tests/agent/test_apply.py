@@ -8,8 +8,9 @@ from typing import Any
 
 from tests.agent.conftest import DEFAULT_17, hyperv, make_plan, process
 from tests.agent.fakes import CONFIGS, FakeNode
+from wcow_agent.config.file_set import text_hash
 from wcow_agent.config.merge_decision import MARKER
-from wcow_agent.config.state import load_state, text_hash
+from wcow_agent.config.state import load_state
 from wcow_agent.host.computecore import GENERIC_ALL
 from wcow_agent.simulator.cri import Sandbox
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+from wcow_agent.config.file_set import text_hash
 from wcow_agent.config.files import read_config, sweep_temp_files, write_atomically
 from wcow_agent.config.sandbox_image import with_pause_image
-from wcow_agent.config.state import AgentState, Paths, load_state, text_hash
+from wcow_agent.config.state import AgentState, Paths, load_state
 from wcow_agent.cycle.canary import Canary
 from wcow_agent.cycle.decisions import CycleReport, merge_on_host, restart_reason
 from wcow_agent.cycle.transaction import Restarter

@@ -21,11 +21,12 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 
+from wcow_agent.config.file_set import text_hash
 from wcow_agent.config.files import read_config, sweep_temp_files
 from wcow_agent.config.merge import MergeResult
 from wcow_agent.config.merge_decision import ConfigError
 from wcow_agent.config.sandbox_image import held_pause_image, with_pause_image
-from wcow_agent.config.state import Paths, StateJournal, text_hash
+from wcow_agent.config.state import Paths, StateJournal
 from wcow_agent.config.toml_text import ParseOnce
 from wcow_agent.cycle import pause_change, rollout_gate
 from wcow_agent.cycle.adoptions import note_adoptions

@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from wcow_agent.config.file_set import text_hash
 from wcow_agent.config.merge import MergeResult
-from wcow_agent.config.state import StateJournal, text_hash
+from wcow_agent.config.state import StateJournal
 from wcow_agent.cycle.decisions import CycleReport, HandlerOutcome, HostFacts
 from wcow_agent.cycle.rollout_verdict import SEEDED, Gate, Permission, decide, holds_agent_tables
 from wcow_contract.wire.agent_status import CANNOT_RUN_HERE

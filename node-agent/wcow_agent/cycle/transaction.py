@@ -26,9 +26,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from wcow_agent.config.file_set import text_hash
 from wcow_agent.config.files import read_config, write_atomically
 from wcow_agent.config.merge import MergeResult
-from wcow_agent.config.state import Paths, StateJournal, text_hash
+from wcow_agent.config.state import Paths, StateJournal
 from wcow_agent.cycle.decisions import CycleReport, HostFacts
 from wcow_agent.host.interfaces import ContainerdError, Host, HostError
 from wcow_contract.wire.runtime_table import RUNTIMES_PATH

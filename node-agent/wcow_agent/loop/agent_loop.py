@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from wcow_agent.config.state import StateJournal, load_state, text_hash
+from wcow_agent.config.file_set import text_hash
+from wcow_agent.config.state import StateJournal, load_state
 from wcow_agent.cycle import pause_change
 from wcow_agent.cycle.canary import CLEANUP_TIMEOUT, CanarySpec
 from wcow_agent.cycle.decisions import (
