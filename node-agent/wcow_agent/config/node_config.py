@@ -17,9 +17,9 @@ from wcow_agent.config.files import read_config
 from wcow_agent.config.imports import LoadedFile, load_order
 from wcow_agent.config.layout import NodeLayout
 from wcow_agent.config.node_paths import NodePaths, SamePaths
+from wcow_agent.config.placed import NodeConfig, Ownership
 from wcow_agent.config.placement import Placement, place
 from wcow_agent.config.placement_record import PlacementRecord
-from wcow_agent.config.placing import NodeConfig, Ownership
 from wcow_agent.config.state import PRISTINE_SUFFIX, beside
 from wcow_agent.config.toml_text import Parse
 

@@ -14,109 +14,21 @@ state and written back when the agent lets go), and writes the new place: merged
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from wcow_agent.config import toml_text
 from wcow_agent.config.drop_in import drop_in_tables, is_agents, render_drop_in
 from wcow_agent.config.effective import defined_handlers, handlers_by_file, replaces_cri_1x
-from wcow_agent.config.file_set import FileEdit, Role, configuration_hash
+from wcow_agent.config.file_set import FileEdit, Role
 from wcow_agent.config.imports import LoadedFile, LoadOrder, declared_imports
 from wcow_agent.config.merge import MergeResult, merge_config
 from wcow_agent.config.merge_decision import ConfigError, table_hash
+from wcow_agent.config.placed import NodeConfig, Ownership, Placed, Settings, Tables
 from wcow_agent.config.placement import Placement, root_schema
 from wcow_agent.config.placement_record import PlacementRecord
 from wcow_agent.config.root_imports import with_import, without_import
 from wcow_agent.config.template import agent_handlers, agent_tables, template_with
-
-Tables = Mapping[str, Mapping[str, Any]]
-
-
-@dataclass(frozen=True)
-class Ownership:
-    """What the agent remembers of its handlers on this node (its state)."""
-
-    owned: Mapping[str, str] = field(default_factory=dict)
-    adopted: Tables = field(default_factory=dict)
-    adopted_from: Mapping[str, str] = field(default_factory=dict)
-    """handler -> the file (as containerd names it) an adopted table was taken out of;
-    absent: adopted in place, in the root (merge)."""
-    record: PlacementRecord | None = None
-
-
-@dataclass(frozen=True)
-class NodeConfig:
-    """The node's files as the agent read them."""
-
-    root: LoadedFile
-    """containerd's root config (on a template node: config.toml as rendered)."""
-    created: bool
-    """There is no root file: ``root`` holds containerd's defaults."""
-    order: LoadOrder
-    """What containerd loads for the root, the agent's own drop-in left out."""
-    texts: Mapping[Path, str | None] = field(default_factory=dict)
-    """Other files the change may touch (the drop-in, the template, their old places)."""
-    pristine: Mapping[Path, str] = field(default_factory=dict)
-    """Files as they were before the agent first changed them (``.wcow-original``)."""
-    folder_missing: bool = False
-    """The drop-in folder does not exist yet: writing the drop-in creates it."""
-
-
-@dataclass(frozen=True)
-class Settings:
-    builtins: Tables = field(default_factory=dict)
-    """containerd 1.x's built-in runtimes, seeded into a schema 1 or 2 root."""
-    fallback_version: int | None = None
-    adopt: Collection[str] = ()
-    parse: toml_text.Parse = tomllib.loads
-
-
-@dataclass(frozen=True)
-class Placed:
-    placement: Placement
-    result: MergeResult
-    """The handlers' bookkeeping at their place; ``text``: the root file after."""
-    root: LoadedFile
-    created: bool
-    others: tuple[FileEdit, ...]
-    """Every other file the change writes or deletes."""
-    record: PlacementRecord | None
-    """Where the agent's handlers are after the change (None: nowhere)."""
-    adopted_from: Mapping[str, str]
-    moved: tuple[str, ...] = ()
-    """Handlers that only changed place (the same table, another file)."""
-    rendered: str | None = None
-    """Template nodes: config.toml as rke2 will render it from the new template."""
-
-    @property
-    def root_edit(self) -> FileEdit:
-        before = None if self.created else self.root.text
-        return FileEdit(self.root.local, before, self.result.text, "config")
-
-    def edits(self) -> list[FileEdit]:
-        """Every file the change writes (the root first), unchanged ones left out. A root
-        that only holds containerd's defaults is not created for nothing of the agent's."""
-        root = self.root_edit
-        seeded_only = self.created and not self.result.owned and self.record is None
-        rendered = self.placement.way == "template"  # the distribution writes config.toml
-        edits = [root] if root.changed and not seeded_only and not rendered else []
-        return edits + [edit for edit in self.others if edit.changed]
-
-    def changed(self) -> bool:
-        return bool(self.edits())
-
-    def kept_files(self) -> dict[str, str | None]:
-        """The agent's own files after the change (drop-in or template), for the hash."""
-        if self.record is None or self.record.way == "merge":
-            return {}
-        after = {str(edit.path): edit.after for edit in self.others}
-        return {self.record.target: after.get(self.record.target)}
-
-    @property
-    def config_hash(self) -> str:
-        return configuration_hash(self.result.text, self.kept_files())
 
 
 class _Texts:
@@ -174,16 +86,20 @@ def place_handlers(
         adopted={**step.adopted, **result.adopted},
         restored=sorted(set(result.restored) | step.restored),
     )
+    record = step.record(result)
     return Placed(
         placement,
         result,
         node.root,
         node.created,
         texts.others(),
-        step.record(result),
+        record,
         step.adopted_from,
         tuple(sorted(step.moved & set(result.owned))),
         step.rendered,
+        step.holders(ownership.record, ownership.owned, ownership.adopted_from),
+        step.holders(record, result.owned, step.adopted_from),
+        step.folders(record),
     )
 
 
@@ -443,6 +359,31 @@ class _Step:
                 continue
             if _same_meaning(now, pristine):
                 self.texts.set(path, pristine, self.texts.roles[path])
+
+    def holders(
+        self, record: PlacementRecord | None, owned: Mapping[str, str], adopted: Mapping[str, str]
+    ) -> frozenset[Path]:
+        """The files holding something of the agent's, by a record and its ownership."""
+        root = self.node.root.local
+        found = {p for w in adopted.values() if (p := self._local_of(w) or self._loaded(w))}
+        if record is None:
+            return frozenset(found | ({root} if owned else set()))
+        if (record.way == "merge" and owned) or record.import_added is not None:
+            found.add(root)
+        if record.way != "merge":
+            found.add(Path(record.target))
+        return frozenset(found)
+
+    def _loaded(self, written: str) -> Path | None:
+        return next((f.local for f in self.node.order.files if f.written == written), None)
+
+    def folders(self, after: PlacementRecord | None) -> tuple[Path, ...]:
+        record = self.ownership.record
+        if record is None or record.way != "drop-in" or not record.folder_created:
+            return ()
+        if after is not None and after.target == record.target:
+            return ()
+        return (Path(record.target).parent,)
 
     def record(self, result: MergeResult) -> PlacementRecord | None:
         way, target = self.placement.way, self.placement.target

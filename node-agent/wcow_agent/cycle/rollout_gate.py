@@ -58,9 +58,11 @@ def begin_attempt(
     *,
     verdict: Gate,
     pace: Pace | None,
+    config_hash: str | None = None,
 ) -> Gate:
     """Record that the node starts changing to the plan, on the Node first when the
-    rollout counts on it (permitted, or a new node), then in the state."""
+    rollout counts on it (permitted, or a new node), then in the state. ``config_hash``:
+    the configuration the change writes (default: config.toml's text alone)."""
     state, plan_hash = journal.state, str(report.plan_hash)  # the plan of this cycle
     touched = {*result.added, *result.updated} & set(eligible)
     if state.attempted_plan == plan_hash and state.attempt_grant == verdict.grant:
@@ -83,7 +85,10 @@ def begin_attempt(
     # under the last permission gets one more try, not one per cycle.
     retry = verdict.grant is not None and state.attempted_plan == plan_hash
     journal.attempt_begun(
-        plan_hash, verdict.grant, sorted(touched), text_hash(result.text) if retry else None
+        plan_hash,
+        verdict.grant,
+        sorted(touched),
+        (config_hash or text_hash(result.text)) if retry else None,
     )
     return verdict
 
