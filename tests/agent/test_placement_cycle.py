@@ -9,12 +9,15 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.agent.conftest import hyperv, make_plan, process
 from tests.agent.fakes import CONFIGS, FakeNode
 from wcow_agent.config.layout import DROP_IN_NAME, NodeLayout
 from wcow_agent.config.merge_decision import MARKER
 from wcow_agent.config.node_paths import DriveMappedPaths
 from wcow_agent.config.state import load_state
+from wcow_agent.simulator.faults import SimulatedCrash
 
 DIST = Path(__file__).resolve().parent.parent / "fixtures" / "distributions"
 PROGRAM_FILES = r"C:\Program Files\containerd"
@@ -286,3 +289,139 @@ def test_on_1_7_an_import_that_sets_cri_settings_refuses_the_merge(tmp_path: Pat
     assert states(report) == {"hv": ("Failed", "ConfigRefused")}
     assert "drops every CRI setting of the root" in (report.handlers or {})["hv"].message
     assert node.disk_text() == text
+
+
+def test_a_change_containerd_refuses_puts_every_file_back(tmp_path: Path) -> None:
+    """The drop-in and the root's new import are one change: containerd not coming up
+    with them puts both back (the drop-in deleted, the root as it was), one rollback."""
+    original = (CONFIGS / "v3-containerd-2.0-default.toml").read_text(encoding="utf-8")
+    node = kubeadm_node(tmp_path, original, "2.0.4")
+    node.faults.restart_fail = {"hv"}
+
+    report = node.agent().reconcile(make_plan(hyperv()))
+
+    assert report.result == "rolled_back"
+    assert report.restarts == ["apply", "rollback"]
+    assert states(report) == {"hv": ("Failed", "ContainerdRolledBack")}
+    assert node.disk_text() == original
+    assert not drop_in(node).exists()
+    state = load_state(node.root / "config.toml.wcow-state.json")[0]
+    assert state.placement is None
+    assert state.undo is None
+
+
+def test_an_agent_killed_before_the_restart_is_recovered_from_every_backup(
+    tmp_path: Path,
+) -> None:
+    """Killed between writing the drop-in and the root's import and restarting: the next
+    agent restarts first; containerd refusing the files, every file goes back (the root
+    from its backup, the drop-in the change created deleted)."""
+    original = (CONFIGS / "v3-containerd-2.0-default.toml").read_text(encoding="utf-8")
+    node = kubeadm_node(tmp_path, original, "2.0.4")
+    node.faults.kills_left = 1
+    plan = make_plan(hyperv())
+    with pytest.raises(SimulatedCrash):
+        node.agent().reconcile(plan)
+    assert drop_in(node).exists()
+    node.faults.restart_fail = {"hv"}
+
+    report = node.agent().reconcile(plan)
+
+    assert report.restarts == ["recovery", "rollback"]
+    assert any(reason == "RestartRecovery" for reason, _, _ in report.events)
+    assert node.running_text == original
+    assert node.disk_text() == original
+    assert not drop_in(node).exists()
+    assert states(report) == {"hv": ("Failed", "ConfigRejectedBefore")}
+
+
+RKE2_ETC = r"C:\var\lib\rancher\rke2\agent\etc\containerd"
+
+
+class Rke2Node(FakeNode):
+    """An RKE2 node: config.toml rendered at every start from config-v3.toml.tmpl (else
+    config.toml.tmpl), the base standing for ``{{ template "base" . }}``; the test double
+    of k3s's renderer for templates that hold nothing but that call and TOML (the real
+    template text is rendered with Go's text/template in test_placement_loads.py)."""
+
+    def __init__(self, tmp_path: Path, base: str, **kwargs: Any) -> None:
+        self.base = base
+        paths = DriveMappedPaths(tmp_path)
+        folder = paths.node_path(RKE2_ETC)
+        folder.mkdir(parents=True)
+        layout = NodeLayout(
+            "rke2",
+            folder / "config.toml",
+            template=folder / "config-v3.toml.tmpl",
+            service_name="rke2",
+        )
+        super().__init__(folder, config_text=base, paths=paths, layout=layout, **kwargs)
+
+    def before_start(self) -> None:
+        for name in ("config-v3.toml.tmpl", "config.toml.tmpl"):
+            template = self.config.with_name(name)
+            if template.exists():
+                text = template.read_text(encoding="utf-8")
+                self.config.write_text(
+                    text.replace('{{ template "base" . }}', self.base.rstrip("\n")), "utf-8"
+                )
+                return
+        self.config.write_text(self.base, encoding="utf-8")
+
+
+def rke2_base() -> str:
+    """RKE2 1.34/1.35.0's render: k3s's base before it imported config-v3.toml.d."""
+    text = (DIST / "rke2-windows-config.toml").read_text(encoding="utf-8")
+    return "".join(row for row in text.splitlines(True) if not row.startswith("imports"))
+
+
+def test_an_rke2_node_gets_the_template_and_its_restart_renders_the_handlers(
+    tmp_path: Path,
+) -> None:
+    node = Rke2Node(tmp_path, rke2_base(), containerd_version="2.2.6")
+    plan = make_plan(hyperv())
+
+    report = node.agent().reconcile(plan)
+
+    assert report.placement is not None
+    assert (report.placement.way, report.placement.reason) == ("template", "RenderedFromTemplate")
+    assert report.result == "applied"
+    assert states(report) == {"hv": ("Ready", "CanaryPassed")}
+    template = node.config.with_name("config-v3.toml.tmpl")
+    assert template.read_text(encoding="utf-8").startswith('{{ template "base" . }}\n')
+    assert "hv" in runtimes_in(node.disk_text() or "")  # rendered by the node, not the agent
+    again = node.agent().reconcile(plan)
+    assert (again.result, again.restarts) == ("unchanged", [])
+
+    node.agent().uninstall()
+    assert not template.exists()
+    assert node.disk_text() == rke2_base()
+
+
+def test_an_rke2_node_that_does_not_render_the_template_is_rolled_back(
+    tmp_path: Path,
+) -> None:
+    """The agent checks after the restart that config.toml was rendered with its tables:
+    a template rke2 does not read (a wrong --config-template) fails closed."""
+    node = Rke2Node(tmp_path, rke2_base(), containerd_version="2.2.6")
+    node.before_start = lambda: None  # type: ignore[method-assign]
+
+    report = node.agent().reconcile(make_plan(hyperv()))
+
+    assert report.result == "rolled_back"
+    assert states(report)["hv"][0] == "Failed"
+    assert "did not render config.toml from that template" in (report.handlers or {})["hv"].message
+    assert not node.config.with_name("config-v3.toml.tmpl").exists()
+
+
+def test_an_rke2_render_that_imports_a_folder_gets_a_drop_in_there(tmp_path: Path) -> None:
+    rendered = (DIST / "rke2-windows-config.toml").read_text(encoding="utf-8")
+    node = Rke2Node(tmp_path, rendered, containerd_version="2.3.4")
+
+    report = node.agent().reconcile(make_plan(hyperv()))
+
+    assert report.placement is not None
+    assert (report.placement.way, report.placement.reason) == ("drop-in", "RenderedConfigImports")
+    assert states(report) == {"hv": ("Ready", "CanaryPassed")}
+    assert (node.config.parent / "config-v3.toml.d" / DROP_IN_NAME).exists()
+    assert not node.config.with_name("config-v3.toml.tmpl").exists()
