@@ -110,3 +110,30 @@ class DriveMappedPaths:
         if found is None:
             raise ValueError(f"{windows_path!r} is not a path on a drive of this node")
         return found
+
+
+class FolderMappedPaths:
+    """One folder of the node (containerd's, ``node``: ``C:\\Program Files\\containerd``)
+    as a local folder (``local``), for the offline ``merge`` of a file copied off a node:
+    what the file imports under the node's folder is looked for beside the copy."""
+
+    def __init__(self, local: Path, node: str) -> None:
+        self.local_folder = local
+        self.node_folder = PureWindowsPath(node)
+
+    def local(self, written: str) -> Path | None:
+        if not is_windows_path(written):
+            return Path(written)
+        pure = PureWindowsPath(written)
+        try:
+            relative = pure.relative_to(self.node_folder)
+        except ValueError:
+            return None
+        return self.local_folder.joinpath(*relative.parts)
+
+    def written(self, local: Path) -> str:
+        try:
+            relative = local.absolute().relative_to(self.local_folder.absolute())
+        except ValueError:
+            return str(local)
+        return str(self.node_folder.joinpath(*relative.parts))
