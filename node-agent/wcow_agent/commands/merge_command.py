@@ -57,12 +57,17 @@ _LINE_VERSIONS = {"1.6": "1.6.0", "1.7": "1.7.0", "2": "2.0.0"}
 
 def containerd_version(text: str) -> str:
     """``--containerd-version``: a line (``1.7``, ``2.3``, ``2``) or a release (``2.3.4``)."""
-    if text in _LINE_VERSIONS:
-        return _LINE_VERSIONS[text]
     parts = text.split(".")
-    if not 2 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+    if text not in _LINE_VERSIONS and (
+        not 2 <= len(parts) <= 3 or not all(p.isdigit() for p in parts)
+    ):
         raise argparse.ArgumentTypeError(f"--containerd-version {text!r}: expected X.Y or X.Y.Z")
-    return ".".join([*parts, "0"][:3])
+    return text
+
+
+def release(text: str) -> str:
+    """The release a ``--containerd-version`` names (a line: its first release)."""
+    return _LINE_VERSIONS.get(text) or ".".join([*text.split("."), "0"][:3])
 
 
 def node_layout(args: argparse.Namespace) -> tuple[NodeLayout, NodePaths]:
@@ -111,7 +116,7 @@ def _merge_offline(args: argparse.Namespace) -> _OfflineMerge:
     host = EligibilityHost(
         parse_windows_build(args.host_build),
         hyperv_available=args.hyperv,
-        containerd_version=args.containerd_version,
+        containerd_version=release(args.containerd_version),
     )
     before = _read_existing(config)
     eligible: dict[str, PlanEntry] = {}
@@ -127,7 +132,7 @@ def _merge_offline(args: argparse.Namespace) -> _OfflineMerge:
         NodeText(before, False),
         {handler: entry.runtime for handler, entry in eligible.items()},
         journal.state,
-        args.containerd_version,
+        release(args.containerd_version),
         adopt=args.adopt_handlers,
     )
     return _OfflineMerge(config, journal, before, refused, placed)
@@ -266,13 +271,27 @@ def add_parser(commands: Any) -> None:
     merge.add_argument(
         "--containerd-version",
         type=containerd_version,
-        default="1.7.0",
+        default="1.7",
         metavar="X.Y[.Z]",
         help="containerd on the host (1.6, 1.7, 2.2, 2.3.4 ...): where the handlers go "
         "(1.x: merged; 2.x: a drop-in where config.toml imports a folder), what that line "
         "drops (such handlers are not eligible), its built-in runtimes and the schema of a "
         "file without `version` (default 1.7)",
     )
+    _add_placement_flags(merge)
+    merge.add_argument("--state", help=f"ownership state file (default CONFIG{STATE_SUFFIX})")
+    add_adopt_flag(merge)
+    merge.add_argument("--write", action="store_true", help="write the files instead of a diff")
+    merge.add_argument(
+        "--remove",
+        action="store_true",
+        help="take the agent's handlers out (and its import, drop-in, template tables), "
+        "giving back the files as they were",
+    )
+    merge.set_defaults(func=cmd_merge)
+
+
+def _add_placement_flags(merge: Any) -> None:
     merge.add_argument(
         "--distribution",
         choices=sorted(DISTRIBUTIONS),
@@ -292,13 +311,3 @@ def add_parser(commands: Any) -> None:
         help="the template config.toml is rendered from (rke2: config-v3.toml.tmpl beside "
         "--config)",
     )
-    merge.add_argument("--state", help=f"ownership state file (default CONFIG{STATE_SUFFIX})")
-    add_adopt_flag(merge)
-    merge.add_argument("--write", action="store_true", help="write the files instead of a diff")
-    merge.add_argument(
-        "--remove",
-        action="store_true",
-        help="take the agent's handlers out (and its import, drop-in, template tables), "
-        "giving back the files as they were",
-    )
-    merge.set_defaults(func=cmd_merge)
