@@ -425,3 +425,27 @@ def test_an_rke2_render_that_imports_a_folder_gets_a_drop_in_there(tmp_path: Pat
     assert states(report) == {"hv": ("Ready", "CanaryPassed")}
     assert (node.config.parent / "config-v3.toml.d" / DROP_IN_NAME).exists()
     assert not node.config.with_name("config-v3.toml.tmpl").exists()
+
+
+def test_restart_mode_none_on_1_7_learns_from_the_canary(tmp_path: Path) -> None:
+    """containerd 1.7 reports no handler list over CRI: the canary tells. Refused with
+    RuntimeNotLoaded, the handler waits (no restart asked for); once containerd's owner
+    restarted it, the canary passes and the change counts as loaded."""
+    original = (CONFIGS / "v2-containerd-1.7-default.toml").read_text(encoding="utf-8")
+    node = kubeadm_node(tmp_path, original, "1.7.20", restart_mode="none")
+    plan = make_plan(hyperv())
+
+    written = node.agent().reconcile(plan)
+    assert (written.result, written.restarts) == ("restart_required", [])
+    assert states(written) == {"hv": ("Pending", "RestartRequired")}
+
+    waiting = node.agent().reconcile(plan)
+    assert states(waiting) == {"hv": ("Pending", "RestartRequired")}
+    assert waiting.restarts == []
+    assert node.restarts == []
+
+    node.host().containerd.restart(60.0)
+    loaded = node.agent().reconcile(plan)
+    assert states(loaded) == {"hv": ("Ready", "CanaryPassed")}
+    state = load_state(node.root / "config.toml.wcow-state.json")[0]
+    assert state.loaded == state.written

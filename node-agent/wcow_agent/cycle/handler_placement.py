@@ -53,6 +53,8 @@ def decide(
         document = parse(root.text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"config.toml is not valid TOML: {error}") from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise ConfigError("config.toml is refused: values nested too deeply") from None
     return files.decide(containerd_version, document)
 
 

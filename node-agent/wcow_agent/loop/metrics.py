@@ -49,12 +49,6 @@ class Metrics:
             "reimage, its installer, a hand edit) that the agent wrote its part into again.",
             registry=r,
         )
-        self.restart_required = Gauge(
-            "wcow_agent_restart_required",
-            "1 while the agent has written containerd's configuration and waits for its owner "
-            "to restart containerd (--restart-mode none), else 0.",
-            registry=r,
-        )
         self._handler_metrics(r)
         self.plan_errors = Counter(
             "wcow_agent_plan_errors",
@@ -110,8 +104,6 @@ class Metrics:
         self.rollbacks.inc(sum(1 for reason in report.restarts if reason == "rollback"))
         self.drift_repairs.inc(len(report.drift_repaired))
         self.config_rewrites.inc(len(report.rewritten))
-        if report.handlers is not None:
-            self.restart_required.set(1 if report.restart_required else 0)
         for canary in report.canaries:
             result = "passed" if canary.passed else "failed"
             self.canary_duration.labels(canary.handler, result).observe(canary.duration_seconds)
