@@ -82,3 +82,22 @@ def effective_config(line: str, root: Path) -> dict[str, Any]:
         assert ran.returncode == 0, f"{line}: {ran.stdout}{ran.stderr}"
         loaded: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
     return loaded
+
+
+def loads(line: str, root: Path) -> dict[str, Any]:
+    """The effective configuration, which must have loaded."""
+    loaded = effective_config(line, root)
+    assert loaded["error"] is None, f"{line} refuses {root}: {loaded['error']}"
+    return loaded
+
+
+def assert_handler(loaded: dict[str, Any], name: str, table: dict[str, Any]) -> None:
+    """``name`` is a handler with this table, every option decoded into runhcs Options."""
+    assert name in loaded["runtimes"], sorted(loaded["runtimes"])
+    got = loaded["runtimes"][name]
+    assert got["runtime_type"] == table["runtime_type"]
+    assert got["pod_annotations"] == table.get("pod_annotations", [])
+    assert got["container_annotations"] == table.get("container_annotations", [])
+    assert got["options_decoded"], got
+    assert got["options"] == table["options"]
+    assert got["undecoded_options"] == []

@@ -30,6 +30,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from wcow_agent.config.layout import NodeLayout
+from wcow_agent.config.node_paths import NodePaths
 from wcow_agent.config.state import Paths
 from wcow_agent.cycle.node_agent import NodeAgent
 from wcow_agent.cycle.transaction import Timeouts
@@ -102,7 +104,12 @@ class FakeNode(SimulatedNode):
         containerd_version: str = "1.7.20",
         logical_processors: int = 8,
         config_text: str | None = None,
+        paths: NodePaths | None = None,
+        layout: NodeLayout | None = None,
     ) -> None:
+        """``paths``, ``layout``: a node whose containerd configuration lives where its
+        distribution keeps it (``root`` is then the folder of config.toml)."""
+        self.layout = layout
         if config_text is not None:
             (root / "config.toml").write_text(config_text, encoding="utf-8")
         self.clock = FakeClock()
@@ -115,7 +122,7 @@ class FakeNode(SimulatedNode):
             seed_config=False,  # no config.toml: containerd runs on its built-in defaults
             shim_paths=None,
         )
-        super().__init__("win-1", root, settings, sleep=self.clock.passes)
+        super().__init__("win-1", root, settings, sleep=self.clock.passes, paths=paths)
         self.running = True  # each test starts from containerd up with the node's file
         self.crictl_calls: list[list[str]] = []
         self.crictl_inputs: list[tuple[str, dict[str, Any]]] = []
@@ -180,6 +187,7 @@ class FakeNode(SimulatedNode):
         host: Host | None = None,
         canary_images: Mapping[str, str] | None = None,
         pause_image: str | None = None,
+        layout: NodeLayout | None = None,
     ) -> NodeAgent:
         return NodeAgent(
             host or self.host(),
@@ -191,6 +199,8 @@ class FakeNode(SimulatedNode):
             adopt=adopt,
             canary_images=canary_images,
             pause_image=pause_image,
+            layout=layout or self.layout,
+            node_paths=self.paths,
         )
 
     def canary_sandboxes(self) -> list[Sandbox]:

@@ -8,8 +8,9 @@ from typing import Any
 
 from tests.agent.conftest import DEFAULT_17, hyperv, make_plan, process
 from tests.agent.fakes import CONFIGS, FakeNode
+from wcow_agent.config.file_set import text_hash
 from wcow_agent.config.merge_decision import MARKER
-from wcow_agent.config.state import load_state, text_hash
+from wcow_agent.config.state import load_state
 from wcow_agent.host.computecore import GENERIC_ALL
 from wcow_agent.simulator.cri import Sandbox
 
@@ -163,19 +164,42 @@ def test_a_users_table_with_the_same_name_is_a_conflict_and_left_alone(tmp_path:
     assert runp_handlers(node) == ["proc"]
 
 
-def test_version_1_config_is_refused_and_nothing_happens(tmp_path: Any) -> None:
+def test_a_schema_1_config_is_merged_in_its_own_names_on_containerd_1_7(tmp_path: Any) -> None:
+    """containerd 1.7 loads a schema-1 file natively (AKS WS2022, kube-up): the handlers go
+    into it under `plugins.cri`, no `version` is added, and uninstalling gives it back."""
     original = (CONFIGS / "v1-legacy.toml").read_text()
     node = FakeNode(tmp_path, config_text=original)
 
     report = node.agent().reconcile(make_plan(hyperv()))
 
+    assert report.result == "applied"
+    assert (report.handlers or {})["hv"].state == "Ready"
+    merged = tomllib.loads(node.disk_text() or "")
+    assert "version" not in merged
+    assert "hv" in merged["plugins"]["cri"]["containerd"]["runtimes"]
+    assert report.placement is not None
+    assert (report.placement.way, report.placement.reason) == ("merge", "Containerd1Merge")
+    node.agent().uninstall()
+    assert node.disk_text() == original
+
+
+def test_a_schema_1_config_on_containerd_2_2_is_refused_and_nothing_happens(
+    tmp_path: Any,
+) -> None:
+    """containerd 2.0-2.2 load a schema-1 file without any of its CRI settings: the agent
+    does not write there, and says why on each handler."""
+    original = (CONFIGS / "v1-legacy.toml").read_text()
+    node = FakeNode(tmp_path, config_text=original, containerd_version="2.2.7")
+
+    report = node.agent().reconcile(make_plan(hyperv()))
+
     assert report.result == "refused"
     outcome = (report.handlers or {})["hv"]
-    assert (outcome.state, outcome.reason) == ("Failed", "ConfigRefused")
+    assert (outcome.state, outcome.reason) == ("Failed", "SchemaV1Lost")
     assert "containerd config migrate" in outcome.message
     assert node.disk_text() == original
     assert node.restarts == []
-    assert ("ConfigRefused", outcome.message, True) in report.events
+    assert ("SchemaV1Lost", outcome.message, True) in report.events
 
 
 def test_missing_config_is_seeded_from_containerd_config_default(tmp_path: Any) -> None:

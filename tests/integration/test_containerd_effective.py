@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT, profile_document
-from tests.containerd_lines import LINES, effective_config, needs_go
+from tests.containerd_lines import LINES, assert_handler, effective_config, loads, needs_go
 from wcow_agent.config.sandbox_image import with_pause_image
 from wcow_contract.errors import parse_profile
 from wcow_contract.wire.runtime_table import runtime_table
@@ -68,25 +68,6 @@ def drop_in(root: Path, tables: dict[str, Any], version: int | None, name: str =
     path = root.parent / "conf.d" / name
     path.write_text(text, encoding="utf-8")
     return path
-
-
-def loads(line: str, root: Path) -> dict[str, Any]:
-    """The effective configuration, which must have loaded."""
-    loaded = effective_config(line, root)
-    assert loaded["error"] is None, f"{line} refuses {root}: {loaded['error']}"
-    return loaded
-
-
-def assert_handler(loaded: dict[str, Any], name: str, table: dict[str, Any]) -> None:
-    """``name`` is a handler with this table, every option decoded into runhcs Options."""
-    assert name in loaded["runtimes"], sorted(loaded["runtimes"])
-    got = loaded["runtimes"][name]
-    assert got["runtime_type"] == table["runtime_type"]
-    assert got["pod_annotations"] == table.get("pod_annotations", [])
-    assert got["container_annotations"] == table.get("container_annotations", [])
-    assert got["options_decoded"], got
-    assert got["options"] == table["options"]
-    assert got["undecoded_options"] == []
 
 
 @pytest.mark.parametrize(

@@ -121,9 +121,27 @@ def test_a_table_the_agent_did_not_write_is_a_conflict(make_profile: MakeProfile
     assert result.owned == {}
 
 
-def test_version_1_is_refused_with_what_to_do(desired: dict[str, dict[str, Any]]) -> None:
-    with pytest.raises(ConfigError, match="containerd config migrate"):
-        merge_config((CONFIGS / "v1-legacy.toml").read_text(), desired, {})
+def test_a_schema_1_file_keeps_its_schema_and_is_given_back(
+    desired: dict[str, dict[str, Any]],
+) -> None:
+    """A schema-1 file (no `version`, `[plugins.cri]`: AKS WS2022, kube-up) is merged in its
+    own names, without a `version` line; containerd 1.x's built-in handlers are seeded as
+    into a version-2 file (it has no runtimes yet); removal gives the file back. Which
+    containerd line may be given such a file is the placement's decision (on 2.0-2.2 none)."""
+    original = (CONFIGS / "v1-legacy.toml").read_text()
+    result = merge_config(original, desired, {})
+    assert result.version == 1
+    merged = tomllib.loads(result.text)
+    assert "version" not in merged
+    runtimes = merged["plugins"]["cri"]["containerd"]["runtimes"]
+    assert {h: runtimes[h] for h in desired} == desired
+    assert {h for h, mark in result.owned.items() if mark == "seeded"} == {
+        "runhcs-wcow-process",
+        "runhcs-wcow-hypervisor",
+    }
+    assert merged["plugins"]["cri"]["containerd"]["snapshotter"] == "windows"
+    removed = merge_config(result.text, {}, result.owned, pristine=original)
+    assert removed.text == original
 
 
 def test_broken_toml_is_refused(desired: dict[str, dict[str, Any]]) -> None:

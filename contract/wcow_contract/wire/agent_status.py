@@ -94,6 +94,38 @@ class HandlerStatus(_Model):
     last_transition_time: ShortText | None = None
 
 
+PlacementWay = Literal["DropIn", "Template", "Merge"]
+
+
+class ConfigRewrite(_Model):
+    """The last time the node rewrote containerd's configuration behind the agent (an AKS
+    reimage, WMCO copying its file back, kube-up at boot, a hand edit) and the agent
+    applied its handlers again."""
+
+    reason: Reason
+    """ConfigRewritten."""
+    message: Message = ""
+    """Which files, and what the agent wrote again."""
+    time: ShortText | None = None
+
+
+class PlacementStatus(_Model):
+    """Where the agent puts its handlers on this node, and why (docs/agent.md, "Where the
+    handlers go")."""
+
+    way: PlacementWay | None = None
+    """DropIn: its own drop-in file; Template: the template config.toml is rendered from;
+    Merge: tables merged into config.toml; None: the agent cannot place handlers here."""
+    reason: Reason
+    """Why this way (DropInImported, RenderedFromTemplate, Containerd1Merge ...) or why none
+    (SchemaV1Lost, ConfigVersionTooNew ...)."""
+    message: Message = ""
+    restart_required: bool | None = None
+    """``--restart-mode none``: the files are written and containerd has not loaded them
+    yet (its owner restarts it)."""
+    last_rewrite: ConfigRewrite | None = None
+
+
 class AgentStatus(_Model):
     schema_version: Literal[1] = AGENT_STATUS_SCHEMA_VERSION
     host_build: Annotated[str, StringConstraints(pattern=WINDOWS_VERSION_PATTERN)]
@@ -118,6 +150,8 @@ class AgentStatus(_Model):
     utility VM from the pause image's base layer, so the pause image's build, when the host
     has Hyper-V and is not older (docs/images.md, section 3). Empty: none; None: not known
     (the image could not be read, or an agent from before the guest-build labels)."""
+    placement: PlacementStatus | None = None
+    """Where the handlers go on this node. Optional: agents before placements never set it."""
     updated_at: ShortText | None = None
     handlers: Annotated[dict[HandlerName, HandlerStatus], Field(max_length=MAX_HANDLERS)] = {}
 

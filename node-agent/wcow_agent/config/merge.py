@@ -13,10 +13,12 @@ stanza, or the handlers it no longer wanted left behind: kata-containers#3229, #
   (``tomllib``, ``merge_decision``); the edit cuts and splices whole tables in the text
   (``merge_splice``, ``toml_text``) and is checked by parsing the result, falling back to a
   tomlkit round-trip when the file is laid out in a way the line editor cannot be sure about.
-- The table path follows the file's schema version (2: containerd 1.x, 3 and 4: 2.x).
-  Version 1 is refused.
+- The table path follows the file's schema version (1 and 2: containerd 1.x, 3 and 4: 2.x);
+  a schema-1 file (no ``version``, ``[plugins.cri]``) keeps its schema: the tables are
+  written in its names (``[plugins.cri.containerd.runtimes.<handler>]``). Which containerd
+  line may be given which schema is the placement's decision (``placement.py``).
 - containerd 1.x drops its built-in runtimes when the file has a ``runtimes`` table, so a
-  version-2 file that gains its first table is also given the built-in default handlers
+  schema 1 or 2 file that gains its first table is also given the built-in default handlers
   (marked as seeded and owned, removed again with the last handler).
 """
 
@@ -31,13 +33,13 @@ from typing import Any
 from wcow_agent.config import toml_text
 from wcow_agent.config.merge_decision import (
     BUILTIN_RUNTIMES_1_7,
+    RUNTIMES_PATHS,
     ConfigError,
     config_version,
     decide,
     marked_handlers,
 )
 from wcow_agent.config.merge_splice import edit
-from wcow_contract.wire.runtime_table import RUNTIMES_PATH
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ def merge_config(
     fallback_version: int | None = None,
     adopt: Collection[str] = (),
     adopted: Mapping[str, Mapping[str, Any]] | None = None,
+    give_back: Mapping[str, Mapping[str, Any]] | None = None,
     parse: toml_text.Parse = tomllib.loads,
 ) -> MergeResult:
     """config.toml text with exactly ``desired`` as the agent's handlers.
@@ -127,12 +130,14 @@ def merge_config(
     ``version`` and no plugin tables (it gains a ``version`` line with the first table).
     ``adopt`` names handlers whose same-named table the agent may take over although it did
     not write it; ``adopted`` holds the tables taken over before (handler -> data), written
-    back when the agent no longer wants that handler. ``parse`` reads ``text`` (a
+    back when the agent no longer wants that handler; ``give_back`` tables taken out of
+    this file for the agent's drop-in or template, written back unmarked. ``parse`` reads
+    ``text`` (a
     ``toml_text.ParseOnce`` shares the document with the agent's other readers of the file).
     """
     data = _parsed(text, parse)
     version = config_version(data, fallback_version)
-    path = RUNTIMES_PATH[version]
+    path = RUNTIMES_PATHS[version]
     decision = decide(
         data,
         version,
@@ -142,8 +147,10 @@ def merge_config(
         builtin_runtimes=builtin_runtimes,
         adopt=adopt,
         adopted=adopted,
+        give_back=give_back,
     )
-    version_line = "" if "version" in data else f"version = {version}"
+    # A schema-1 file stays one: containerd reads its names only without a version.
+    version_line = "" if "version" in data or version == 1 else f"version = {version}"
     merged = edit(text, data, decision, version_line)
     return MergeResult(
         text=_finish(merged, version_line, pristine, version, bool(decision.owned)),

@@ -1,10 +1,10 @@
 """What a merge decides, on the parsed data alone: which of the agent's runtime tables to
 add, replace, remove or give back, and which are another's (``Decision``).
 
-Also what that rests on: the file's schema version (where the runtimes map is), the marker
-on the agent's own tables, containerd 1.x's built-in runtimes, and ``ConfigError`` for a
-file the agent must not edit. ``merge.py`` runs the merge; ``merge_splice.py`` writes the
-decision into the text.
+Also what that rests on: the file's schema version (where the runtimes map is, schema 1
+included: ``RUNTIMES_PATHS``), the marker on the agent's own tables, containerd 1.x's
+built-in runtimes, and ``ConfigError`` for a file the agent must not edit. ``merge.py`` runs
+the merge; ``merge_splice.py`` writes the decision into the text.
 """
 
 from __future__ import annotations
@@ -17,6 +17,15 @@ from typing import Any
 
 from wcow_agent.config import toml_text
 from wcow_contract.wire.runtime_table import RUNTIMES_PATH
+
+# Where runtime handlers live, by config schema: the plan's paths (versions 2 to 4) and
+# schema 1, which the agent meets on AKS Windows Server 2022 and kube-up/GKE nodes (no
+# `version`, the CRI plugin under its short name: containerd 1.7
+# services/server/config/config.go reads the plugin ID `cri` when version is 1).
+RUNTIMES_PATHS: dict[int, tuple[str, ...]] = {
+    1: ("plugins", "cri", "containerd", "runtimes"),
+    **RUNTIMES_PATH,
+}
 
 MARKER = "managed by wcow-agent: edit the WindowsRuntimeProfile, not this table"
 DEFAULT_RUNTIME = "runhcs-wcow-process"
@@ -50,7 +59,8 @@ def table_hash(table: Mapping[str, Any]) -> str:
 
 
 def config_version(document: Mapping[str, Any], fallback: int | None = None) -> int:
-    """The file's schema version; containerd reads a file without ``version`` as 1.
+    """The file's schema version; containerd reads a file without ``version`` as 1 (the
+    agent writes such a file's tables in schema 1's names and never adds a ``version``).
 
     A file without ``version`` and without any ``plugins`` table holds nothing whose
     layout depends on the version; it gets ``fallback`` (the schema of the node's
@@ -60,16 +70,10 @@ def config_version(document: Mapping[str, Any], fallback: int | None = None) -> 
     version = document.get("version", 1)
     if isinstance(version, bool) or not isinstance(version, int):
         raise ConfigError(f"config.toml: version must be an integer, not {version!r}")
-    if version == 1:
-        raise ConfigError(
-            "config.toml has schema version 1 (no `version` key or `version = 1`), which "
-            "wcow-agent does not edit: run `containerd config migrate` (containerd 2.x) or "
-            "regenerate it with `containerd config default`, then retry"
-        )
-    if version not in RUNTIMES_PATH:
+    if version not in RUNTIMES_PATHS:
         raise ConfigError(
             f"config.toml has schema version {version}; wcow-agent knows versions "
-            f"{', '.join(map(str, RUNTIMES_PATH))}"
+            f"{', '.join(map(str, RUNTIMES_PATHS))}"
         )
     return version
 
@@ -80,7 +84,7 @@ def _plain(value: Any) -> Any:
 
 def _default_runtime_name(document: Mapping[str, Any], version: int) -> str:
     containerd = _plain(document)
-    for name in RUNTIMES_PATH[version][:-1]:
+    for name in RUNTIMES_PATHS[version][:-1]:
         containerd = containerd.get(name, {}) if isinstance(containerd, dict) else {}
     default = containerd.get("default_runtime_name") if isinstance(containerd, dict) else None
     return default if isinstance(default, str) and default else DEFAULT_RUNTIME
@@ -139,8 +143,11 @@ def decide(
     builtin_runtimes: Mapping[str, Mapping[str, Any]],
     adopt: Collection[str] = (),
     adopted: Mapping[str, Mapping[str, Any]] | None = None,
+    give_back: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Decision:
-    path = RUNTIMES_PATH[version]
+    """``give_back``: hand-written tables the agent took out of this file to adopt them
+    into its own drop-in or template, written back here (unmarked) as it lets go."""
+    path = RUNTIMES_PATHS[version]
     adopted = adopted or {}
     runtimes = runtimes_data(data, path) or {}
     decision = Decision(version, path)
@@ -180,9 +187,20 @@ def decide(
             )
             continue
         decision.owned[handler] = table_hash(table)
-    if version == 2:
+    _give_back(runtimes, give_back or {}, decision)
+    if version in (1, 2):
         _keep_default_runtime(data, runtimes, owned, builtin_runtimes, decision)
     return decision
+
+
+def _give_back(
+    runtimes: Mapping[str, Any], tables: Mapping[str, Mapping[str, Any]], decision: Decision
+) -> None:
+    """Hand-written tables the agent took out of this file, written back unmarked."""
+    for handler, table in sorted(tables.items()):
+        if handler not in runtimes and handler not in decision.put:
+            decision.put[handler] = dict(table)
+            decision.restored.append(handler)
 
 
 def _keep_default_runtime(
@@ -192,7 +210,8 @@ def _keep_default_runtime(
     builtin_runtimes: Mapping[str, Mapping[str, Any]],
     decision: Decision,
 ) -> None:
-    """containerd 1.x: a file with runtimes must define the default runtime itself."""
+    """containerd 1.x: a file with runtimes must define the default runtime itself
+    (schemas 1 and 2, the ones 1.x reads)."""
     seeded = sorted(h for h, mark in owned.items() if mark == "seeded" and h in runtimes)
     if seeded:
         for handler in seeded:
@@ -205,12 +224,12 @@ def _keep_default_runtime(
         return
     if runtimes:
         after = (set(runtimes) - set(decision.remove)) | set(decision.put)
-        default = _default_runtime_name(data, 2)
+        default = _default_runtime_name(data, decision.version)
         if default not in after:
             raise ConfigError(
-                f"config.toml (version 2) defines runtimes but not its default runtime "
-                f"{default!r}; containerd 1.x would not start with it. Add that runtime "
-                "or fix default_runtime_name first"
+                f"config.toml (version {decision.version}) defines runtimes but not its "
+                f"default runtime {default!r}; containerd 1.x would not start with it. Add "
+                "that runtime or fix default_runtime_name first"
             )
         return
     # The file had no runtimes, so containerd used its built-ins; ours would replace them.

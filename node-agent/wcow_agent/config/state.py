@@ -10,7 +10,6 @@ the file is written: what an agent killed at any line leaves behind is one of th
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from wcow_agent.config.files import write_atomically
+from wcow_agent.config.placement_record import PlacementRecord, Undo
 
 STATE_SUFFIX = ".wcow-state.json"
 PRISTINE_SUFFIX = ".wcow-original"
@@ -25,8 +25,9 @@ BACKUP_SUFFIX = ".wcow-backup"
 LOCK_SUFFIX = ".wcow-lock"
 
 
-def text_hash(text: str) -> str:
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+def beside(path: Path, suffix: str) -> Path:
+    """A file the agent keeps beside one of containerd's (``.wcow-original``, ...)."""
+    return path.with_name(path.name + suffix)
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class Paths:
         return self._beside(LOCK_SUFFIX)
 
     def _beside(self, suffix: str) -> Path:
-        return self.config.with_name(self.config.name + suffix)
+        return beside(self.config, suffix)
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,13 @@ class AgentState:
     back when the agent lets go (the flag dropped, ``uninstall``)."""
     pause_change: PauseChange | None = None
     """A pause image change not proven yet, or failed (``cycle/pause_change.py``)."""
+    placement: PlacementRecord | None = None
+    """Where the agent's handlers are (None: merged into config.toml, as before placements
+    were recorded, or nowhere)."""
+    adopted_from: dict[str, str] = field(default_factory=dict)
+    """handler -> the file an adopted table was taken out of (absent: config.toml itself)."""
+    undo: Undo | None = None
+    """The change in flight (written, not yet loaded): what a recovery puts back."""
 
     def to_json(self) -> str:
         body: dict[str, Any] = {
@@ -167,7 +175,16 @@ class AgentState:
             body["pauseImage"] = {"previous": self.pause_previous}
         if self.pause_change is not None:
             body["pauseChange"] = self.pause_change.as_json()
+        self._placement_json(body)
         return json.dumps(body, indent=2, sort_keys=True) + "\n"
+
+    def _placement_json(self, body: dict[str, Any]) -> None:
+        if self.placement is not None:
+            body["placement"] = self.placement.as_json()
+        if self.adopted_from:
+            body["adoptedFrom"] = self.adopted_from
+        if self.undo is not None:
+            body["undo"] = self.undo.as_json()
 
     @classmethod
     def from_json(cls, text: str) -> AgentState:
@@ -186,6 +203,7 @@ class AgentState:
         raw_pause = body.get("pauseImage")
         pause: dict[str, Any] | None = raw_pause if isinstance(raw_pause, dict) else None
         previous = pause.get("previous") if pause is not None else None
+        adopted_from = body.get("adoptedFrom")
         raw_attempt = body.get("attempt")
         attempt: dict[str, Any] = raw_attempt if isinstance(raw_attempt, dict) else {}
         unproven = attempt.get("unproven")
@@ -205,6 +223,11 @@ class AgentState:
             rejected=strings("rejected"),
             canaried=strings("canaried"),
             canary_request=optional("canaryRequest"),
+            placement=PlacementRecord.from_json(body.get("placement")),
+            adopted_from={str(k): str(v) for k, v in adopted_from.items()}
+            if isinstance(adopted_from, dict)
+            else {},
+            undo=Undo.from_json(body.get("undo")),
             adopted={
                 str(handler): dict(table)
                 for handler, table in (body.get("adopted") or {}).items()
@@ -263,14 +286,21 @@ class StateJournal:
         adopted: Mapping[str, dict[str, Any]],
         created: bool,
         written: str,
+        where: tuple[PlacementRecord | None, Mapping[str, str], Undo] | None = None,
     ) -> None:
         """Before config.toml is replaced: the union of old and new ownership (a table
         written is never mistaken for a user's), the replaced hand-written tables, and the
-        hash of the file about to be written."""
+        hash of the file about to be written. ``where``: the placement after the change,
+        where adopted tables came from, and what the change replaces (``Undo``)."""
         self.state.owned = dict(owned)
         self.state.adopted = dict(adopted)
         self.state.created_config = self.state.created_config or created
         self.state.written = written
+        if where is not None:
+            placement, adopted_from, undo = where
+            self.state.placement = placement
+            self.state.adopted_from = {**self.state.adopted_from, **adopted_from}
+            self.state.undo = undo
         self._write()
 
     def restart_begun(self) -> None:
@@ -279,14 +309,36 @@ class StateJournal:
         self.state.restart_pending = True
         self._write()
 
-    def applied(self, loaded: str, owned: Mapping[str, str], restored: Iterable[str]) -> None:
+    def applied(
+        self,
+        loaded: str,
+        owned: Mapping[str, str],
+        restored: Iterable[str],
+        adopted_from: Mapping[str, str] | None = None,
+    ) -> None:
         """containerd came up with the new file: it owns what the merge wrote, and the
-        hand-written tables it gave back are no longer kept."""
+        hand-written tables it gave back are no longer kept (nor where they came from)."""
         self.state.loaded = loaded
         self.state.restart_pending = False
         self.state.owned = dict(owned)
         for handler in restored:
             self.state.adopted.pop(handler, None)
+        if adopted_from is not None:
+            self.state.adopted_from = dict(adopted_from)
+        self.state.undo = None
+        self._write()
+
+    def written_unloaded(
+        self, owned: Mapping[str, str], restored: Iterable[str], adopted_from: Mapping[str, str]
+    ) -> None:
+        """``--restart-mode none``: the files are written and containerd was not restarted;
+        they are the agent's now (there is nothing to roll back to once its owner restarts
+        containerd), and ``loaded`` stays until containerd is seen running them."""
+        self.state.owned = dict(owned)
+        for handler in restored:
+            self.state.adopted.pop(handler, None)
+        self.state.adopted_from = dict(adopted_from)
+        self.state.undo = None
         self._write()
 
     def reject(self, text_hash: str, why: str) -> None:
@@ -299,6 +351,7 @@ class StateJournal:
         from a recovery, the file that did not come up (hash, why)."""
         if rejected is not None:
             self.state.rejected[rejected[0]] = rejected[1]
+            self._undone()
         self.state.written = written
         self._write()
 
@@ -312,15 +365,29 @@ class StateJournal:
         if loaded is not None:
             self.state.loaded = loaded
             self.state.restart_pending = False
+        self._undone()
         self._write()
 
+    def _undone(self) -> None:
+        """The files are back as before the change: so is where the handlers are."""
+        if self.state.undo is not None:
+            self.state.placement = self.state.undo.placement
+            self.state.undo = None
+
     def merged_offline(
-        self, owned: Mapping[str, str], adopted: Mapping[str, dict[str, Any]]
+        self,
+        owned: Mapping[str, str],
+        adopted: Mapping[str, dict[str, Any]],
+        where: tuple[PlacementRecord | None, Mapping[str, str]] | None = None,
     ) -> None:
         """``merge --write``: the tables written without a restart (containerd has not
-        loaded them: a running agent finds out at its next canary)."""
+        loaded them: a running agent finds out at its next canary); ``where``: the
+        placement and where adopted tables came from."""
         self.state.owned = dict(owned)
         self.state.adopted = dict(adopted)
+        if where is not None:
+            self.state.placement, adopted_from = where
+            self.state.adopted_from = dict(adopted_from)
         self._write()
 
     # -- the attempt at a plan (cycle/rollout_gate.py) -------------------------------

@@ -9,16 +9,15 @@ and unit-tested without fakes.
 from __future__ import annotations
 
 import contextlib
-import tomllib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from wcow_agent.config.containerd_lines import config_version_for, release_line, version_tuple
-from wcow_agent.config.merge import MergeResult, merge_config
+from wcow_agent.config.containerd_lines import release_line, version_tuple
+from wcow_agent.config.merge import MergeResult
 from wcow_agent.config.merge_decision import BUILTIN_RUNTIMES_1_6, BUILTIN_RUNTIMES_1_7, table_hash
+from wcow_agent.config.placement import Placement
 from wcow_agent.config.state import AgentState
-from wcow_agent.config.toml_text import Parse
 from wcow_agent.cycle.canary import CanaryResult
 from wcow_contract.catalog.windows_builds import parse_windows_build, process_can_run
 from wcow_contract.labels import (
@@ -33,8 +32,11 @@ from wcow_contract.labels import (
 from wcow_contract.wire.agent_status import (
     GUEST_BUILD_UNSUPPORTED,
     AgentStatus,
+    ConfigRewrite,
     HandlerState,
     HandlerStatus,
+    PlacementStatus,
+    PlacementWay,
 )
 from wcow_contract.wire.plan import PlanEntry
 
@@ -69,7 +71,8 @@ class CycleReport:
     """None: no plan to judge by (ConfigMap missing or unreadable); keep the labels."""
     result: str = "unchanged"
     """unchanged | applied | rolled_back | rejected | refused | failed | waiting (a paced
-    plan the rollout has not let this node change to yet)."""
+    plan the rollout has not let this node change to yet) | restart_required (written,
+    ``--restart-mode none``: containerd's owner restarts it)."""
     attempted_plan_hash: str | None = None
     applied_plan_hash: str | None = None
     """From the agent's state: the plan last begun, and the last one applied with every
@@ -91,6 +94,12 @@ class CycleReport:
     """The guest builds its Hyper-V pods can boot (None: not known this cycle)."""
     pause_build: str | None = None
     """The pause image's own build (None: not known this cycle)."""
+    placement: Placement | None = None
+    """Where the handlers go on this node (None: not decided this cycle)."""
+    rewritten: list[str] = field(default_factory=list)
+    """Files the node rewrote behind the agent, which it wrote again this cycle."""
+    restart_required: bool = False
+    """``--restart-mode none``: files written that containerd has not loaded yet."""
 
     def event(self, reason: str, message: str, warning: bool = False) -> None:
         self.events.append((reason, message, warning))
@@ -145,35 +154,15 @@ def builtin_runtimes_for(containerd_version: str | None) -> Mapping[str, Mapping
     return BUILTIN_RUNTIMES_1_7
 
 
-def merge_on_host(
-    text: str,
-    desired: Mapping[str, Mapping[str, Any]],
-    state: AgentState,
-    containerd_version: str | None,
-    pristine: str | None,
-    *,
-    adopt: Collection[str] = (),
-    parse: Parse = tomllib.loads,
-) -> MergeResult:
-    """``merge_config`` for this node: what the agent owns and adopted, the built-in runtimes
-    and the config schema of its containerd."""
-    return merge_config(
-        text,
-        desired,
-        state.owned,
-        builtin_runtimes_for(containerd_version),
-        pristine,
-        fallback_version=config_version_for(containerd_version) if containerd_version else None,
-        adopt=adopt,
-        adopted=state.adopted,
-        parse=parse,
-    )
-
-
-def restart_reason(state: AgentState, disk_hash: str | None) -> str | None:
+def restart_reason(
+    state: AgentState, disk_hash: str | None, restart_mode: str = "service"
+) -> str | None:
     """Why containerd must restart before anything else, after a crash: a restart was
     begun and not confirmed, or the agent wrote the file on disk and containerd never came
-    up with it (the agent died between the write and the restart)."""
+    up with it (the agent died between the write and the restart). Never where the agent
+    does not restart containerd (``--restart-mode none``): its owner does."""
+    if restart_mode == "none":
+        return None
     if state.restart_pending:
         return "recovery"
     if (
@@ -187,14 +176,51 @@ def restart_reason(state: AgentState, disk_hash: str | None) -> str | None:
 
 
 def drifted(
-    result: MergeResult, owned_before: Mapping[str, str], desired: Mapping[str, Mapping[str, Any]]
+    result: MergeResult,
+    owned_before: Mapping[str, str],
+    desired: Mapping[str, Mapping[str, Any]],
+    moved: Collection[str] = (),
 ) -> list[str]:
     """Handlers whose table the agent had written exactly as desired, and that the merge
-    had to add or rewrite: something else removed or changed them."""
+    had to add or rewrite: something else removed or changed them (not the agent moving
+    them to another file: ``moved``)."""
     return sorted(
         handler
         for handler in (*result.added, *result.updated)
-        if handler in desired and owned_before.get(handler) == table_hash(desired[handler])
+        if handler in desired
+        and handler not in moved
+        and owned_before.get(handler) == table_hash(desired[handler])
+    )
+
+
+WAY_NAMES: Mapping[str, PlacementWay] = {
+    "drop-in": "DropIn",
+    "template": "Template",
+    "merge": "Merge",
+}
+
+
+def placement_status(
+    report: CycleReport, previous: PlacementStatus | None, now: str
+) -> PlacementStatus | None:
+    """Where the handlers go, as the Node's status says it; the last rewrite of the
+    configuration behind the agent is kept until the next one."""
+    placement = report.placement
+    if placement is None:
+        return previous
+    rewrite = previous.last_rewrite if previous is not None else None
+    if report.rewritten:
+        rewrite = ConfigRewrite(
+            reason="ConfigRewritten",
+            message=f"rewritten behind the agent, written again: {', '.join(report.rewritten)}",
+            time=now,
+        )
+    return PlacementStatus(
+        way=WAY_NAMES.get(placement.way) if placement.way is not None else None,
+        reason=placement.reason,
+        message=placement.message,
+        restart_required=True if report.restart_required else None,
+        last_rewrite=rewrite,
     )
 
 
@@ -325,6 +351,7 @@ def build_status(
         guest_builds=report.guest_builds
         if report.guest_builds is not None
         else (previous.guest_builds if previous else None),
+        placement=placement_status(report, previous.placement if previous else None, now),
         updated_at=previous.updated_at if previous is not None else None,
         handlers=handlers,
     )

@@ -1,11 +1,13 @@
 """One cycle on the node: judge the plan for this host, then let the other rooms act.
 
 ``NodeAgent.reconcile`` reads the host's facts, the state and config.toml (finishing what a
-killed predecessor began), chooses the handlers this host can run and merges them
-(``eligibility``, ``merge``), and then:
+killed predecessor began), chooses the handlers this host can run and places them where
+this node's containerd reads them (``eligibility``, ``handler_placement``: a drop-in, the
+template, or merged into config.toml), and then:
 
 - ``rollout_gate``: whether the node may change config.toml to the plan now (paced rollout);
-- ``transaction``: the change as one transaction (preflight, write, restart, rollback);
+- ``transaction``: the change as one transaction (preflight, write, restart, rollback),
+  or written for containerd's owner to restart (``restart_wait``, ``--restart-mode none``);
 - ``proving``: a canary for each changed handler;
 - ``pause_change``: a change of the pause image, held until proven;
 - ``adoptions``, ``host_cleanup``: what an adoption replaced or gave back, and
@@ -20,17 +22,20 @@ import threading
 import time
 import tomllib
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from wcow_agent.config.files import read_config, sweep_temp_files
 from wcow_agent.config.layout import NodeLayout
-from wcow_agent.config.merge import MergeResult
 from wcow_agent.config.merge_decision import ConfigError
-from wcow_agent.config.sandbox_image import held_pause_image, with_pause_image
-from wcow_agent.config.state import Paths, StateJournal, text_hash
+from wcow_agent.config.node_config import NodeFiles
+from wcow_agent.config.node_paths import NodePaths, SamePaths
+from wcow_agent.config.placed import Placed
+from wcow_agent.config.placement_record import PlacementRecord
+from wcow_agent.config.state import Paths, StateJournal
 from wcow_agent.config.toml_text import ParseOnce
-from wcow_agent.cycle import pause_change, rollout_gate
+from wcow_agent.cycle import pause_change, restart_wait, rollout_gate
 from wcow_agent.cycle.adoptions import note_adoptions
 from wcow_agent.cycle.canary import Canary
 from wcow_agent.cycle.decisions import (
@@ -40,13 +45,19 @@ from wcow_agent.cycle.decisions import (
     NodeLabels,
     drifted,
     guest_builds_of,
-    merge_on_host,
     restart_reason,
     selected_handlers,
 )
 from wcow_agent.cycle.eligibility import Host as EligibilityHost
 from wcow_agent.cycle.eligibility import block_cim_relevant, classify_handlers
+from wcow_agent.cycle.handler_placement import (
+    NodeText,
+    PlacementRefusedError,
+    note_rewrite,
+    place_on_node,
+)
 from wcow_agent.cycle.host_cleanup import Uninstaller
+from wcow_agent.cycle.pause_edit import PauseEdits
 from wcow_agent.cycle.pause_image import PauseImage, PauseImages
 from wcow_agent.cycle.proving import Prover
 from wcow_agent.cycle.rollout_gate import Pace
@@ -70,11 +81,8 @@ class Cycle:
     disk_hash: str | None
     node: NodeLabels | None = None
     """The Node's labels (None: not known, nodeSelectors are not judged)."""
-
-    def changes_file(self, result: MergeResult) -> bool:
-        """Whether the merge changes config.toml (a file the agent would only seed from
-        containerd's defaults, with no table of its own, is not written)."""
-        return result.changed(self.original) and not (self.created and not result.owned)
+    changed_elsewhere: bool = False
+    """The configuration on disk is not what the agent wrote nor what containerd ran."""
 
 
 class NodeAgent:
@@ -92,11 +100,15 @@ class NodeAgent:
         canary_images: Mapping[str, str] | None = None,
         pause_image: str | None = None,
         layout: NodeLayout | None = None,
+        node_paths: NodePaths | None = None,
         hyperv_why: str | None = None,
     ) -> None:
+        """``layout``: where containerd's configuration is, how containerd restarts (default:
+        ``paths.config``, its own service); ``node_paths``: how its paths are opened."""
         self.host = host
         self.layout = layout or NodeLayout("custom", paths.config, why="the agent's flags")
         self.hyperv_why = hyperv_why  # HyperVUnavailable's message on AKS, GKE, EKS
+        self.files = NodeFiles(self.layout, node_paths or SamePaths())
         self.pause_flag = pause_image
         """``--pause-image``: the pause image the agent sets in config.toml (None: the
         agent leaves the key as the node has it, or puts back what it replaced)."""
@@ -106,14 +118,23 @@ class NodeAgent:
         self.timeouts = timeouts or Timeouts()
         self.canary = Canary(host.cri, host.hcs, log_root, clock)
         self.restart = Restarter(host, self.timeouts, clock, sleep)
-        self.transaction = Transaction(host, paths, self.restart)
+        self.transaction = Transaction(
+            host, paths, self.restart, self.files, self.layout.restart_mode
+        )
         self.prover = Prover(host, self.canary, cancel, canary_images)
+        self.prover.may_restart = self.layout.restart_mode != "none"
         self.parse = ParseOnce()
         """config.toml parsed once per text: the merge and the pause image share it."""
         self.pause = PauseImages(host, paths, self.parse)
+        self.pause_edits = PauseEdits(pause_image, self.pause)
+        self._watched: tuple[Path, ...] = _watched(self.layout, None)
         self._build: WindowsBuild | None = None
         self._hyperv: bool | None = None
         self._containerd_version: str | None = None
+
+    def watched_files(self) -> tuple[Path, ...]:
+        """config.toml, the template and the agent's drop-in: what the drift check hashes."""
+        return self._watched
 
     def facts(self) -> HostFacts:
         """Build and Hyper-V once per process (they change only with a reboot, which
@@ -131,7 +152,15 @@ class NodeAgent:
 
     def uninstall(self) -> list[str]:
         """``wcow-agent uninstall`` (see ``Uninstaller.run``)."""
-        return Uninstaller(self.host, self.paths, self.canary, self.restart).run()
+        uninstaller = Uninstaller(
+            self.host,
+            self.paths,
+            self.canary,
+            self.restart,
+            self.files,
+            restart_mode=self.layout.restart_mode,
+        )
+        return uninstaller.run()
 
     def reconcile(
         self,
@@ -159,6 +188,7 @@ class NodeAgent:
                 finally:
                     report.attempted_plan_hash = cycle.journal.state.attempted_plan
                     report.applied_plan_hash = cycle.journal.state.applied_plan
+                    self._watched = _watched(self.layout, cycle.journal.state.placement)
         except OSError as error:
             # A file the agent could not write (held open by another process, disk full):
             # the state on disk is consistent at every step, so the next cycle retries.
@@ -179,18 +209,26 @@ class NodeAgent:
         judged = self._judge(cycle, plan)
         if judged is None:
             return
-        eligible, result = judged
+        eligible, placed = judged
         report, journal = cycle.report, cycle.journal
-        plan_changes = cycle.changes_file(result)
+        plan_changes = placed.changed()
         pause_change.forget_stale(report, journal, self.pause_flag)
-        result, pause_changes = self._pause_edit(cycle, result)
+        placed, pause_changes = self.pause_edits.edit(report, journal, placed)
         # The rollout paces plan changes; a pause image change alone reaches the node with
         # its agent pod (the DaemonSet's own rolling update, held by readiness: pause_change.py),
         # and rides with a plan change.
+        result = placed.result
         verdict = rollout_gate.open_gate(result, journal, plan, pace, plan_changes)
         if verdict.allowed and plan_changes:
             verdict = rollout_gate.begin_attempt(
-                report, journal, cycle.facts, result, eligible, verdict=verdict, pace=pace
+                report,
+                journal,
+                cycle.facts,
+                result,
+                eligible,
+                verdict=verdict,
+                pace=pace,
+                config_hash=placed.config_hash,
             )
         elif verdict.allowed:
             rollout_gate.take_unchanged(journal, plan.hash)
@@ -200,8 +238,9 @@ class NodeAgent:
         elif plan_changes or pause_changes:
             touched = sorted({*result.added, *result.updated} & set(eligible))
             if pause_changes:
-                self._begin_pause_change(cycle, result, eligible)
-            change = Change(result, cycle.original, cycle.created, touched or sorted(eligible))
+                before = None if cycle.created else cycle.original
+                self.pause_edits.begin(report, journal, placed, before, (cycle.facts, eligible))
+            change = Change(placed, cycle.original, cycle.created, touched or sorted(eligible))
             failed = self.transaction.run(report, journal, change, cycle.facts)
             if pause_changes:
                 pause_change.after_transaction(report, journal, failed)
@@ -209,72 +248,21 @@ class NodeAgent:
                 failed = {h: why for h, why in failed.items() if h in touched}
         if not pause_changes:
             pause_change.loaded_elsewhere(journal)
-        self._survey_pause_image(report, cycle.facts)
+        self.pause_edits.survey(report, cycle.facts)
+        waiting = verdict.allowed and restart_wait.wait_for_restart(
+            self.host, self.layout, (report, journal), placed, eligible
+        )
         self.prover.prove(
             report, journal, result.owned, eligible, failed_apply=failed, force=force_canary
         )
+        if waiting:
+            restart_wait.restart_seen(report, journal, placed)
         pause_change.judge(report, journal, eligible)
         if pause_changes and report.result == "applied" and self.pause_flag is None:
             pause_change.release_if_proven(journal)
         if verdict.allowed:
             note_adoptions(report, result, self.paths)
             rollout_gate.settle(report, journal, plan.hash)
-
-    def _pause_edit(self, cycle: Cycle, result: MergeResult) -> tuple[MergeResult, bool]:
-        """The merged file with the pause image the agent manages (``--pause-image``, or
-        the value it replaced, put back once the flag is gone); whether that changes it."""
-        journal = cycle.journal
-        manage, image = pause_change.edit_target(self.pause_flag, journal.state)
-        if not manage:
-            return result, False
-        try:
-            text = with_pause_image(result.text, result.version, image)
-        except ConfigError as error:
-            cycle.report.event("PauseImageNotSet", str(error), warning=True)
-            return result, False
-        unproven = journal.state.pause_change is not None
-        if text == result.text and self.pause_flag is None and not unproven:
-            journal.pause_image_released()  # the file holds what it held before the agent
-        return replace(result, text=text), text != result.text
-
-    def _begin_pause_change(
-        self, cycle: Cycle, result: MergeResult, eligible: Mapping[str, PlanEntry]
-    ) -> None:
-        """Before the first write of the key: what it held, to put back later; before each
-        change: the record that holds readiness until the change is proven."""
-        journal = cycle.journal
-        _hold_pause_image(cycle, result)
-        _, target = pause_change.edit_target(self.pause_flag, journal.state)
-        source = None if cycle.created else held_pause_image(cycle.original, result.version)
-        try:
-            before: PauseImage | None = self.pause.current()
-        except (HostError, OSError, ValueError):
-            before = None  # which guest builds it boots is not known: none is left out
-        baseline = pause_change.ready_before(journal.state, eligible, before, cycle.facts)
-        pause_change.begin(
-            cycle.report, journal, (target, source), baseline, text_hash(result.text)
-        )
-
-    def _survey_pause_image(self, report: CycleReport, facts: HostFacts) -> None:
-        """Which pause image containerd runs sandboxes from and which guest builds it boots
-        (asked again after containerd restarted); unknown when CRI cannot say."""
-        if report.restarts:
-            self.pause.forget()
-        try:
-            pause = self.pause.current()
-        except (HostError, OSError, ValueError) as error:
-            report.event("PauseImageUnknown", f"cannot read the node's pause image: {error}")
-            return
-        report.pause_image = pause.image
-        report.pause_build = pause.build
-        report.guest_builds = guest_builds_of(pause.build, facts)
-        if pause.build is None:
-            report.event(
-                "PauseImageBuildUnknown",
-                f"the pause image {pause.image} names no Windows build (os.version) in its "
-                "config: no guest build is known to boot from it",
-                warning=True,
-            )
 
     def _begin(self, report: CycleReport, plan: Plan | None) -> Cycle | None:
         """Host facts, state, the file on disk, and what a killed predecessor left."""
@@ -303,7 +291,7 @@ class NodeAgent:
         except (HostError, OSError, UnicodeDecodeError) as error:
             _refused(report, plan, "ConfigUnreadable", f"{config}: {error}")
             return None
-        disk_hash = None if created else text_hash(original)
+        disk_hash = self.files.disk_hash(None if created else original, journal.state.placement)
         cycle = Cycle(report, facts, journal, original, created, disk_hash)
         self._what_containerd_runs(cycle)
         return cycle
@@ -320,19 +308,21 @@ class NodeAgent:
             and disk_hash not in (state.written, state.loaded)
             and not state.restart_pending
         ):
+            cycle.changed_elsewhere = True
             cycle.report.event(
                 "ConfigChangedElsewhere",
                 f"{config} was rewritten by something else; checking the agent's tables",
             )
-            cycle.journal.containerd_runs(disk_hash)
-        if restart_reason(state, disk_hash):
+            if self.layout.restart_mode != "none":  # else: not known what containerd runs
+                cycle.journal.containerd_runs(disk_hash)
+        if restart_reason(state, disk_hash, self.layout.restart_mode):
             self.transaction.recover(cycle.report, cycle.journal, disk_hash)
-            if config.exists() and cycle.disk_hash != text_hash(read_config(config)):
+            if config.exists() and cycle.original != read_config(config):
                 cycle.original = read_config(config)  # rolled back to the backup
-                cycle.disk_hash = text_hash(cycle.original)
+            cycle.disk_hash = self.transaction.disk_hash(cycle.journal.state.placement)
 
-    def _judge(self, cycle: Cycle, plan: Plan) -> tuple[dict[str, PlanEntry], MergeResult] | None:
-        """Which handlers this host runs, and the merged file (None: the file is refused)."""
+    def _judge(self, cycle: Cycle, plan: Plan) -> tuple[dict[str, PlanEntry], Placed] | None:
+        """Which handlers this host runs, and where they go (None: the node is refused)."""
         report, facts, state = cycle.report, cycle.facts, cycle.journal.state
         eligible, refused = classify_handlers(
             selected_handlers(plan.handlers, _labels(self.pause, cycle, plan)),
@@ -345,54 +335,74 @@ class NodeAgent:
             for handler, r in refused.items()
         }
         desired = {handler: entry.runtime for handler, entry in eligible.items()}
-        pristine = read_config(self.paths.pristine) if self.paths.pristine.exists() else None
+        root = NodeText(cycle.original, cycle.created)
         try:
-            result = merge_on_host(
-                cycle.original,
+            placed = place_on_node(
+                self.files,
+                root,
                 desired,
                 state,
                 facts.containerd_version,
-                pristine,
                 adopt=self.adopt,
                 parse=self.parse,
             )
+        except PlacementRefusedError as refusal:
+            report.placement = refusal.placement
+            _refused(report, plan, refusal.placement.reason, str(refusal), eligible)
+            return None
         except ConfigError as error:
             _refused(report, plan, "ConfigRefused", str(error), eligible)
             return None
+        result = placed.result
+        report.placement = placed.placement
         report.config_version = result.version
         for handler, message in result.conflicts.items():
             report.handlers[handler] = HandlerOutcome(
                 "Conflict", "ConflictingTable", message, eligible[handler].generation
             )
-        report.drift_repaired = drifted(result, state.owned, desired)
+        report.drift_repaired = drifted(result, state.owned, desired, placed.moved)
         if report.drift_repaired:
             report.event(
                 "DriftRepaired",
-                "config.toml lost or changed the agent's tables for "
+                "containerd's configuration lost or changed the agent's tables for "
                 f"{', '.join(report.drift_repaired)}; writing them again",
                 warning=True,
             )
+        note_rewrite(report, placed, cycle.changed_elsewhere)
         report.removed = [h for h in result.removed if h not in desired]
-        return eligible, result
+        return eligible, placed
 
 
-def _hold_pause_image(cycle: Cycle, result: MergeResult) -> None:
-    """Before the first write of the key: what it held, to put back later."""
-    if not cycle.journal.state.pause_held:
-        previous = None if cycle.created else held_pause_image(cycle.original, result.version)
-        cycle.journal.pause_image_held(previous)
+def _watched(layout: NodeLayout, record: PlacementRecord | None) -> tuple[Path, ...]:
+    found = [layout.config, *([layout.template] if layout.template is not None else [])]
+    if record is not None and Path(record.target) not in found:
+        found.append(Path(record.target))
+    return tuple(found)
+
+
+def _labels(pause_images: PauseImages, cycle: Cycle, plan: Plan) -> dict[str, str] | None:
+    """The labels the Node will carry after this cycle, for the plan's nodeSelectors
+    (None: not known, or no entry selects: nothing to judge). The guest-build labels come
+    from the pause image containerd runs now (unknown: the Node's as they are)."""
+    if cycle.node is None or not any(e.node_selector for e in plan.handlers.values()):
+        return None
+    try:
+        pause: PauseImage | None = pause_images.current()
+    except (HostError, OSError, ValueError):
+        pause = None
+    builds = guest_builds_of(pause.build, cycle.facts) if pause is not None else None
+    return cycle.node.after_report(cycle.facts, builds)
 
 
 def _judged_host(agent: NodeAgent, cycle: Cycle, plan: Plan) -> EligibilityHost:
     """The host's facts eligibility judges by, with the platform's word on Hyper-V."""
     facts = cycle.facts
-    effective = _effective(agent.host, agent.paths, cycle, plan)
     return EligibilityHost(
         _build(facts.build),
         facts.hyperv_available,
         facts.containerd_version,
         agent.hyperv_why,
-        effective,
+        _effective(agent.host, agent.paths, cycle, plan),
     )
 
 
@@ -410,20 +420,6 @@ def _effective(host: Host, paths: Paths, cycle: Cycle, plan: Plan) -> dict[str, 
         return tomllib.loads(dump)
     except (HostError, tomllib.TOMLDecodeError):
         return None
-
-
-def _labels(pause_images: PauseImages, cycle: Cycle, plan: Plan) -> dict[str, str] | None:
-    """The labels the Node will carry after this cycle, for the plan's nodeSelectors
-    (None: not known, or no entry selects: nothing to judge). The guest-build labels come
-    from the pause image containerd runs now (unknown: the Node's as they are)."""
-    if cycle.node is None or not any(e.node_selector for e in plan.handlers.values()):
-        return None
-    try:
-        pause: PauseImage | None = pause_images.current()
-    except (HostError, OSError, ValueError):
-        pause = None
-    builds = guest_builds_of(pause.build, cycle.facts) if pause is not None else None
-    return cycle.node.after_report(cycle.facts, builds)
 
 
 def _refused(

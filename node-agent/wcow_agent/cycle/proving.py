@@ -41,6 +41,9 @@ class Prover:
         """The agent's canary image per build (``--canary-image``): build -> reference."""
         self.swept = False
         """Leftover canary sandboxes were removed (again after a failed cleanup)."""
+        self.may_restart = True
+        """False (``--restart-mode none``): a handler containerd has not loaded waits for
+        its owner's restart (``RestartRequired``) instead of the agent restarting it."""
         self._failed: set[str] = set()
         self._not_loaded_restart: str | None = None
 
@@ -186,6 +189,10 @@ class Prover:
             )
         if outcome.reason == "CanaryCancelled":
             return HandlerOutcome("Pending", "AgentStopping", outcome.message, generation)
+        if outcome.reason == "RuntimeNotLoaded" and not self.may_restart:
+            return HandlerOutcome(
+                "Pending", "RestartRequired", outcome.message, generation, outcome.duration_seconds
+            )
         self._failed.add(handler)
         state = journal.state
         disk_hash = state.written or state.loaded

@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from wcow_agent.config.file_set import text_hash
 from wcow_agent.config.merge import MergeResult
-from wcow_agent.config.state import StateJournal, text_hash
+from wcow_agent.config.state import StateJournal
 from wcow_agent.cycle.decisions import CycleReport, HandlerOutcome, HostFacts
 from wcow_agent.cycle.rollout_verdict import SEEDED, Gate, Permission, decide, holds_agent_tables
 from wcow_contract.wire.agent_status import CANNOT_RUN_HERE
@@ -57,9 +58,11 @@ def begin_attempt(
     *,
     verdict: Gate,
     pace: Pace | None,
+    config_hash: str | None = None,
 ) -> Gate:
     """Record that the node starts changing to the plan, on the Node first when the
-    rollout counts on it (permitted, or a new node), then in the state."""
+    rollout counts on it (permitted, or a new node), then in the state. ``config_hash``:
+    the configuration the change writes (default: config.toml's text alone)."""
     state, plan_hash = journal.state, str(report.plan_hash)  # the plan of this cycle
     touched = {*result.added, *result.updated} & set(eligible)
     if state.attempted_plan == plan_hash and state.attempt_grant == verdict.grant:
@@ -82,7 +85,10 @@ def begin_attempt(
     # under the last permission gets one more try, not one per cycle.
     retry = verdict.grant is not None and state.attempted_plan == plan_hash
     journal.attempt_begun(
-        plan_hash, verdict.grant, sorted(touched), text_hash(result.text) if retry else None
+        plan_hash,
+        verdict.grant,
+        sorted(touched),
+        (config_hash or text_hash(result.text)) if retry else None,
     )
     return verdict
 

@@ -1,37 +1,57 @@
-"""The attempt: config.toml and containerd changed to a merged file as one transaction.
+"""The attempt: containerd's configuration files and containerd changed as one transaction.
 
-The order is what makes it crash-safe (the agent may be killed at any line; each state step
-is ``StateJournal``'s, written before the next action):
+A change writes one file or several (config.toml, the agent's drop-in and the root's import
+of it, the template; the old place of handlers that move). The order is what makes it
+crash-safe (the agent may be killed at any line; each state step is ``StateJournal``'s,
+written before the next action):
 
-1. the candidate file is checked by the node's own containerd (``config dump``) before
-   anything is written: a file containerd cannot load never replaces the old one;
+1. the candidate configuration is checked by the node's own containerd (``config dump``,
+   ``config/candidate.py``) before anything is written: a configuration containerd cannot
+   load never replaces the old one;
 2. the state records the union of old and new ownership (so a table written in 3 is never
-   mistaken for a user's table) and the hash of the new file (``intend``), then
-3. config.toml is replaced atomically (temp file, flush, rename; the previous file is kept
-   as ``config.toml.wcow-backup``), then
-4. the state records "restart pending" before the restart, and "loaded" after containerd
-   answers on CRI again.
+   mistaken for a user's table), the hash of the new configuration, where the handlers will
+   be and what each file was (``intend``, ``Undo``), then
+3. every file is replaced atomically (temp file, flush, rename; the previous one kept as
+   ``<name>.wcow-backup``; a deleted file is kept the same way first), then
+4. the state records "restart pending" before the one restart, and "loaded" after
+   containerd answers on CRI again.
 
-A new agent that finds "restart pending", or a file it wrote that containerd never came up
+A new agent that finds "restart pending", or files it wrote that containerd never came up
 with, restarts containerd before doing anything else (``recover``). If containerd does not
-answer with the new file, the old file is put back, containerd restarted again, and the new
-file's hash is remembered as rejected so the same file is never retried in a loop.
+answer with the new configuration, every file is put back, containerd restarted again, and
+the new configuration's hash is remembered as rejected so it is never retried in a loop.
+
+``--restart-mode none`` (the node's owner restarts containerd): steps 1 to 3 only; the
+handlers are reported ``RestartRequired`` until containerd is seen running them
+(``cycle/restart_wait.py``), and there is nothing to roll back to.
 """
 
 from __future__ import annotations
 
 import time
-import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from wcow_agent.config.file_set import text_hash
+from wcow_agent.config.file_writes import (
+    drop_leftovers,
+    keep_pristine,
+    restore_backups,
+    restore_edits,
+    write_edits,
+)
 from wcow_agent.config.files import read_config, write_atomically
+from wcow_agent.config.layout import RestartMode
 from wcow_agent.config.merge import MergeResult
-from wcow_agent.config.state import Paths, StateJournal, text_hash
+from wcow_agent.config.node_config import NodeFiles, read_or_none
+from wcow_agent.config.placed import Placed
+from wcow_agent.config.placement_record import PlacementRecord, Undo
+from wcow_agent.config.state import Paths, StateJournal
+from wcow_agent.config.template import agent_handlers
 from wcow_agent.cycle.decisions import CycleReport, HostFacts
-from wcow_agent.host.interfaces import ContainerdError, Host, HostError
-from wcow_contract.wire.runtime_table import RUNTIMES_PATH
+from wcow_agent.cycle.preflight import preflight
+from wcow_agent.host.interfaces import Host, HostError
 
 CRI_POLL_SECONDS = 2.0
 NO_FILE = "none"  # state.loaded when containerd runs without a config.toml
@@ -82,29 +102,42 @@ class Restarter:
 
 @dataclass(frozen=True)
 class Change:
-    """A merged config.toml to put in place of the file on disk."""
+    """The node's configuration files to put in place of those on disk."""
 
-    result: MergeResult
+    placed: Placed
     original: str
-    """The file before: what a rollback writes back (containerd's defaults if created)."""
+    """config.toml before: what a rollback writes back (containerd's defaults if created)."""
     created: bool
     """config.toml did not exist: a rollback deletes it again."""
     touched: list[str] = field(default_factory=list)
     """The eligible handlers whose table the change adds or rewrites."""
 
     @property
+    def result(self) -> MergeResult:
+        return self.placed.result
+
+    @property
     def new_hash(self) -> str:
-        return text_hash(self.result.text)
+        return self.placed.config_hash
 
     def failed(self, reason: str, message: str) -> Failures:
         return dict.fromkeys(self.touched, (reason, message))
 
 
 class Transaction:
-    def __init__(self, host: Host, paths: Paths, restart: Restarter) -> None:
+    def __init__(
+        self,
+        host: Host,
+        paths: Paths,
+        restart: Restarter,
+        files: NodeFiles,
+        restart_mode: RestartMode = "service",
+    ) -> None:
         self.host = host
         self.paths = paths
         self.restart = restart
+        self.files = files
+        self.restart_mode = restart_mode
 
     def run(
         self, report: CycleReport, journal: StateJournal, change: Change, facts: HostFacts
@@ -115,14 +148,14 @@ class Transaction:
         if rejected is not None:
             report.result = "rejected"
             return change.failed("ConfigRejectedBefore", rejected)
-        unreachable = self._cri_unreachable()
+        unreachable = self._cri_unreachable() if self.restart_mode != "none" else None
         if unreachable:
             # Judging a restart needs CRI: without it a healthy containerd would be restarted
             # and rolled back on every cycle (crictl missing, a wrong --cri-endpoint).
             report.result = "refused"
             report.event("CriUnreachable", unreachable, warning=True)
             return change.failed("CriUnreachable", unreachable)
-        problem = self._preflight(change.result, facts)
+        problem = preflight(self.host, self.files, change.placed, facts)
         if problem:
             journal.reject(change.new_hash, problem)
             report.result = "rejected"
@@ -131,28 +164,42 @@ class Transaction:
         came_up, why = self._apply(report, journal, change)
         return {} if came_up else change.failed("ContainerdRolledBack", why)
 
+    def disk_hash(self, record: PlacementRecord | None) -> str | None:
+        """The configuration on disk now, as the agent keeps it (``record``'s files)."""
+        return self.files.disk_hash(read_or_none(self.paths.config), record)
+
     def recover(self, report: CycleReport, journal: StateJournal, disk_hash: str | None) -> None:
-        """Finish a restart a killed agent began; if containerd will not come up with a
-        file the agent wrote, go back to the backup."""
+        """Finish a restart a killed agent began; if containerd will not come up with the
+        files the agent wrote, go back to their backups."""
         state = journal.state
         report.event("RestartRecovery", "finishing a containerd restart an earlier run began")
         came_up, why = self.restart(report, "recovery")
         if came_up:
-            journal.came_up(disk_hash or NO_FILE)
+            journal.came_up(self.disk_hash(state.placement) or NO_FILE)
             return
-        backup = self.paths.backup
-        if disk_hash is not None and disk_hash == state.written and backup.exists():
-            previous = read_config(backup)
-            if text_hash(previous) != disk_hash:
-                write_atomically(self.paths.config, previous, backup=False)
-                journal.wrote_back(text_hash(previous), rejected=(disk_hash, why))
+        if disk_hash is not None and disk_hash == state.written:
+            previous = self._restore_backups(state.undo)
+            if previous is not None and previous != disk_hash:
+                journal.wrote_back(previous, rejected=(disk_hash, why))
                 report.result = "rolled_back"
                 came_up, why = self.restart(report, "rollback")
                 if came_up:
-                    journal.came_up(text_hash(previous))
+                    journal.came_up(previous)
                     return
         report.result = "failed"
         report.event("ContainerdDown", f"containerd does not come up: {why}", warning=True)
+
+    def _restore_backups(self, undo: Undo | None) -> str | None:
+        """The files as before the change in flight (from their backups): their hash."""
+        if undo is not None:
+            restore_backups(undo.files)
+            return self.disk_hash(undo.placement)
+        backup = self.paths.backup  # a state from before placements were recorded
+        if not backup.exists():
+            return None
+        previous = read_config(backup)
+        write_atomically(self.paths.config, previous, backup=False)
+        return text_hash(previous)
 
     def _cri_unreachable(self) -> str | None:
         """Why containerd cannot be checked over CRI right now, before any change."""
@@ -171,69 +218,67 @@ class Transaction:
             )
         return None
 
-    def _preflight(self, result: MergeResult, facts: HostFacts) -> str | None:
-        """Ask the node's containerd to load the candidate (``config dump``) before it
-        replaces anything; check that its default runtime and our handlers are there."""
-        candidate = self.paths.config.with_name(f".{self.paths.config.name}.candidate.tmp")
-        candidate.write_text(result.text, encoding="utf-8")
-        try:
-            dump = self.host.containerd.config_dump(candidate)
-        except ContainerdError as error:
-            return (
-                f"containerd {facts.containerd_version or ''} cannot load the merged file: {error}"
-            )
-        finally:
-            candidate.unlink(missing_ok=True)
-        try:
-            effective = tomllib.loads(dump)
-        except tomllib.TOMLDecodeError:
-            return None  # an unexpected dump format proves nothing either way
-        runtimes, default = _dumped_runtimes(effective)
-        if runtimes is None:
-            return None
-        if default and default not in runtimes:
-            return (
-                f"with the merged file containerd would have no default runtime {default!r} "
-                "(containerd 1.x drops its built-in runtimes when the file defines any)"
-            )
-        missing = sorted(h for h in result.owned if h not in runtimes)
-        if missing:
-            return (
-                f"containerd does not see handler(s) {', '.join(missing)} in the merged file "
-                f"(config version {result.version} on containerd {facts.containerd_version})"
-            )
-        return None
-
     def _apply(
         self, report: CycleReport, journal: StateJournal, change: Change
     ) -> tuple[bool, str]:
-        paths, state, result = self.paths, journal.state, change.result
+        state, placed, result = journal.state, change.placed, change.result
         owned_before = dict(state.owned)
         adopted_before = dict(state.adopted)
-        if result.owned and not owned_before and not change.created and not paths.pristine.exists():
-            # The file before the agent's first change: removing everything restores it.
-            write_atomically(paths.pristine, change.original, backup=False)
-        # Recorded before the write: if the agent dies after it, the next one finds a file
+        edits = placed.edits()
+        keep_pristine(edits, placed.held_before)
+        # Recorded before the write: if the agent dies after it, the next one finds files
         # it wrote that containerd never loaded, and restarts containerd. The replaced
         # hand-written tables are kept before the file that loses them is written.
+        undo = Undo(state.placement, {str(e.path): e.before is not None for e in edits})
         journal.intend(
             {**owned_before, **result.owned},
             {**adopted_before, **result.adopted},
             change.created,
             change.new_hash,
+            (placed.record, placed.adopted_from, undo),
         )
-        write_atomically(paths.config, result.text, backup=not change.created)
+        write_edits(edits)
         report.wrote = True
+        if self.restart_mode == "none":
+            journal.written_unloaded(result.owned, result.restored, placed.adopted_from)
+            self._settled(placed, edits)
+            report.result = "restart_required"
+            return True, ""
         journal.restart_begun()
         came_up, why = self.restart(report, "apply")
         if came_up:
-            journal.applied(change.new_hash, result.owned, result.restored)
-            if not result.owned:  # nothing of ours left: the next first change records anew
-                paths.pristine.unlink(missing_ok=True)
+            why = self._rendered_problem(placed)
+            came_up = not why
+        if came_up:
+            loaded = self.disk_hash(placed.record) or change.new_hash
+            journal.applied(loaded, result.owned, result.restored, placed.adopted_from)
+            self._settled(placed, edits)
             report.result = "applied"
             return True, ""
         self._roll_back(report, journal, change, (owned_before, adopted_before), why)
         return False, why
+
+    def _settled(self, placed: Placed, edits: list[Any]) -> None:
+        """The change is the node's now: files that hold nothing of the agent's lose their
+        original and backup, folders the agent created go when left empty."""
+        vacated = [e.path for e in edits if e.path not in placed.holds_after]
+        gone = [e.path for e in edits if e.after is None]
+        drop_leftovers(vacated, gone, placed.folders)
+
+    def _rendered_problem(self, placed: Placed) -> str:
+        """On a template node: config.toml as rendered after the restart carries the
+        agent's handlers (else the distribution did not render from the template)."""
+        if placed.placement.way != "template":
+            return ""
+        rendered = read_or_none(self.paths.config) or ""
+        missing = sorted(set(placed.result.owned) - agent_handlers(rendered))
+        if not missing:
+            return ""
+        return (
+            f"after the restart {self.paths.config} does not carry handler(s) "
+            f"{', '.join(missing)} from {placed.placement.target}: the distribution did not "
+            "render config.toml from that template (check --config-template)"
+        )
 
     def _roll_back(
         self,
@@ -243,8 +288,8 @@ class Transaction:
         before: tuple[dict[str, str], dict[str, dict[str, Any]]],
         why: str,
     ) -> None:
-        """Put the old file back (from memory: it is also the backup on disk) and restart
-        containerd with it; ownership goes back to what it was."""
+        """Put every file back (from memory: they are also the backups on disk) and restart
+        containerd with them; ownership goes back to what it was."""
         report.result = "rolled_back"
         report.event(
             "ContainerdRollback",
@@ -253,12 +298,9 @@ class Transaction:
             warning=True,
         )
         journal.reject(change.new_hash, why)
-        if change.created:
-            self.paths.config.unlink(missing_ok=True)
-            journal.wrote_back(None)
-        else:
-            write_atomically(self.paths.config, change.original, backup=False)
-            journal.wrote_back(text_hash(change.original))
+        undo = journal.state.undo
+        restore_edits(change.placed.edits())
+        journal.wrote_back(self.disk_hash(undo.placement if undo is not None else None))
         back, why_back = self.restart(report, "rollback")
         if not back:
             report.event(
@@ -268,22 +310,3 @@ class Transaction:
             )
         written = journal.state.written
         journal.rolled_back(*before, loaded=(written or NO_FILE) if back else None)
-
-
-def _dumped_runtimes(effective: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
-    """(runtimes map, default runtime name) of a ``config dump``."""
-    version = effective.get("version")
-    path = RUNTIMES_PATH.get(version) if isinstance(version, int) else None
-    if path is None:
-        return None, None
-    node: Any = effective
-    for name in path[:-1]:
-        node = node.get(name) if isinstance(node, dict) else None
-    if not isinstance(node, dict):
-        return None, None
-    runtimes = node.get(path[-1])
-    default = node.get("default_runtime_name")
-    return (
-        runtimes if isinstance(runtimes, dict) else {},
-        default if isinstance(default, str) else None,
-    )

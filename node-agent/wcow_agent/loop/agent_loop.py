@@ -15,10 +15,12 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 
-from wcow_agent.config.state import StateJournal, load_state, text_hash
+from wcow_agent.config.file_set import text_hash
+from wcow_agent.config.state import StateJournal, load_state
 from wcow_agent.cycle import pause_change
 from wcow_agent.cycle.canary import CLEANUP_TIMEOUT, CanarySpec
 from wcow_agent.cycle.decisions import (
@@ -58,6 +60,20 @@ from wcow_support.health import StepHealth
 log = logging.getLogger("wcow_agent")
 
 WAIT_SLICE_SECONDS = 1.0
+
+
+def fingerprint(files: Sequence[Path]) -> str | None:
+    """The files of containerd's configuration the agent keeps (config.toml first, then
+    its drop-in or template), hashed: a change by someone else wakes a cycle."""
+    parts = []
+    for path in files:
+        try:
+            parts.append(text_hash(path.read_bytes().decode("latin-1")))
+        except OSError:
+            parts.append("none")
+    if not parts or parts[0] == "none":
+        return None
+    return parts[0] if len(parts) == 1 else text_hash("\n".join(parts))
 
 
 def selects_nodes(plan: Plan) -> bool:
@@ -332,10 +348,7 @@ class AgentLoop:
     # -- the loop --------------------------------------------------------------------
 
     def config_fingerprint(self) -> str | None:
-        try:
-            return text_hash(self.agent.paths.config.read_bytes().decode("latin-1"))
-        except OSError:
-            return None
+        return fingerprint(self.agent.watched_files())
 
     def run(self) -> None:
         """Until ``stop``: a cycle at start, then on plan changes, resyncs and drift."""

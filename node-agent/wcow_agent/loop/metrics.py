@@ -43,6 +43,12 @@ class Metrics:
             "Handler tables written again after something else removed or changed them.",
             registry=r,
         )
+        self.config_rewrites = Counter(
+            "wcow_agent_config_rewrites",
+            "Files of containerd's configuration the node rewrote behind the agent (a "
+            "reimage, its installer, a hand edit) that the agent wrote its part into again.",
+            registry=r,
+        )
         self._handler_metrics(r)
         self.plan_errors = Counter(
             "wcow_agent_plan_errors",
@@ -97,6 +103,7 @@ class Metrics:
             self.restarts.labels(reason).inc()
         self.rollbacks.inc(sum(1 for reason in report.restarts if reason == "rollback"))
         self.drift_repairs.inc(len(report.drift_repaired))
+        self.config_rewrites.inc(len(report.rewritten))
         for canary in report.canaries:
             result = "passed" if canary.passed else "failed"
             self.canary_duration.labels(canary.handler, result).observe(canary.duration_seconds)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from wcow_agent.config.containerd_lines import line_for
+from wcow_agent.config.node_paths import NodePaths, SamePaths
 from wcow_agent.host.interfaces import CancelledError, CommandTimeoutError, Host
 from wcow_agent.simulator.containerd import (
     SimulatedContainerd,
@@ -108,10 +109,13 @@ class SimulatedNode:
         journal: Callable[[JournalEntry], None] | None = None,
         cancel: threading.Event | None = None,
         sleep: Callable[[float], bool] | None = None,
+        paths: NodePaths | None = None,
     ) -> None:
         """``sleep``: how time passes on this host (slow canaries, a hanging sandbox start);
-        True when the agent is stopping. Default: a wait on ``cancel``."""
+        True when the agent is stopping. Default: a wait on ``cancel``. ``paths``: how the
+        paths in containerd's configuration (imports) are found on this host's disk."""
         self.name = name
+        self.paths: NodePaths = paths or SamePaths()
         self.root = root
         self.settings = settings or HostSettings()
         self.faults = faults or Faults()
@@ -130,6 +134,8 @@ class SimulatedNode:
             self.config.write_text(self.default_config_text(), "utf-8")
         self.seeded_text = self.disk_text()
         self.running_text: str | None = self.seeded_text
+        self.running_imports: tuple[str, ...] = ()
+        """The imported files containerd loaded with ``running_text``, in its order."""
         self.running = load_problem(self.seeded_text, self.settings.containerd_version) is None
         """containerd runs and answers on CRI."""
         self.network_ready = True
@@ -187,11 +193,18 @@ class SimulatedNode:
     def pause_image(self) -> str:
         """The pause image of the configuration containerd runs."""
         return effective_pause_image(
-            self.running_text or self.seeded_text, self.settings.containerd_version
+            self.running_text or self.seeded_text,
+            self.settings.containerd_version,
+            self.running_imports,
         )
 
     def loaded_runtimes(self) -> dict[str, Any]:
-        return effective_runtimes(self.running_text, self.settings.containerd_version)[0]
+        version = self.settings.containerd_version
+        return effective_runtimes(self.running_text, version, self.running_imports)[0]
+
+    def before_start(self) -> None:
+        """What the node does to containerd's configuration before containerd starts (a
+        distribution rendering config.toml from its template); nothing here."""
 
     def disk_text(self) -> str | None:
         return self.config.read_text(encoding="utf-8") if self.config.exists() else None
