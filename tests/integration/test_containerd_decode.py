@@ -138,13 +138,15 @@ def merged_config(
     rendered: Path, tmp_path: Path, line: str
 ) -> tuple[Path, dict[str, dict[str, Any]]]:
     """The agent's merge of the plan into the line's default config.toml, and the handlers it
-    wrote as tomllib reads them (plan.json's shape)."""
+    wrote as tomllib reads them (plan.json's shape). The layout is GKE's (kube-up's), which
+    names no drop-in folder, so on 2.x too the handlers go into config.toml itself: the one
+    file containerd's loader reads here (drop-ins: test_placement_loads.py)."""
     spec = LINES[line]
     config = tmp_path / "config.toml"
     shutil.copy(FIXTURES / spec.fixture, config)
     args = ["merge", "--config", str(config), "--plan", str(rendered / "plan.json")]
     args += ["--host-build", HOST_BUILD, "--containerd-version", spec.merge_flag, "--write"]
-    assert agent_main(args) == 0
+    assert agent_main([*args, "--distribution", "gke"]) == 0
     node: Any = tomllib.loads(config.read_text(encoding="utf-8"))
     for key in RUNTIMES_PATH[spec.version]:
         node = node[key]
